@@ -1,0 +1,47 @@
+// ModelConfig: the architecture of one decoder. Two families share one implementation:
+//   gpt2:  LayerNorm, GELU(tanh) MLP of width 4C, learned positions, biases, tied embeddings.
+//   llama: RMSNorm, SwiGLU MLP, RoPE, grouped-query attention, no biases, untied head.
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace strata {
+
+enum class ModelFamily { gpt2, llama };
+
+struct ModelConfig {
+  ModelFamily family = ModelFamily::gpt2;
+  int64_t n_layer = 4;
+  int64_t n_head = 4;
+  int64_t n_kv_head = 0;  // 0 means n_head (multi-head attention)
+  int64_t d_model = 256;
+  int64_t d_ff = 0;  // 0 means the family default: 4*d_model (gpt2), swiglu_hidden(d_model) (llama)
+  int64_t vocab_size = 8192;
+  int64_t max_seq_len = 256;
+  float norm_eps = 1e-5f;
+  float rope_theta = 10000.0f;
+  bool tie_embeddings = true;  // gpt2 default true, llama default false
+  float init_std = 0.02f;
+
+  // Derived values, valid after finalize().
+  int64_t head_dim() const { return d_model / n_head; }
+  int64_t kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
+  int64_t qkv_width() const { return (n_head + 2 * kv_heads()) * head_dim(); }
+  bool has_bias() const { return family == ModelFamily::gpt2; }
+  bool learned_positions() const { return family == ModelFamily::gpt2; }
+
+  // Fills defaults that depend on the family and checks consistency; throws strata::Error
+  // naming the key ("model.n_head") and the problem.
+  void finalize();
+
+  // Parameter count; `include_positions` counts the learned position table.
+  int64_t num_params(bool include_positions = true) const;
+};
+
+// LLaMA's hidden width for SwiGLU: 2/3 of 4C, rounded up to a multiple of 64.
+inline int64_t swiglu_hidden(int64_t d_model) { return ((8 * d_model / 3) + 63) / 64 * 64; }
+
+const char* family_name(ModelFamily f);
+ModelFamily family_from_name(const std::string& name);  // throws naming the key model.family
+
+}  // namespace strata
