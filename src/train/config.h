@@ -1,0 +1,94 @@
+// RunConfig: everything a run needs, read from TOML with `--set section.key=value` overrides.
+// Unknown keys, wrong types and inconsistent values are errors that name the key and the problem.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "model/config.h"
+
+namespace strata {
+
+struct TrainConfig {
+  int64_t steps = 200;          // optimizer steps
+  uint64_t seed = 1337;         // model init, data order, sampling
+  int64_t batch_size = 8;       // micro-batch size B (sequences per micro-batch per rank)
+  int64_t seq_len = 256;        // T; must be <= model.max_seq_len
+  int64_t grad_accum = 1;       // micro-batches per optimizer step
+  int64_t eval_every = 50;      // steps between validation evaluations (0: only at the end)
+  int64_t eval_batches = 8;     // micro-batches per evaluation
+  int64_t log_every = 10;       // steps between plain log lines when not on a terminal
+  int64_t checkpoint_every = 0; // steps between checkpoints (0: only at the end)
+  int64_t keep_last = 2;        // checkpoints kept
+  std::string precision = "f32";
+};
+
+struct OptimConfig {
+  float lr = 6e-4f;
+  float min_lr = 6e-5f;         // floor of the decay
+  int64_t warmup_steps = 20;
+  std::string decay = "cosine";  // "cosine", "linear" or "constant"
+  float beta1 = 0.9f;
+  float beta2 = 0.95f;
+  float eps = 1e-8f;
+  float weight_decay = 0.1f;    // decoupled; not applied to norms, biases or other 1-D params
+  float grad_clip = 1.0f;       // global-norm clip (0: off)
+};
+
+struct FilterConfig {
+  int64_t min_doc_chars = 1;            // shorter documents are dropped
+  int64_t max_doc_chars = 1000000;      // longer documents are dropped
+  double max_repeat_fraction = 0.3;     // drop documents whose repeated-line fraction exceeds this
+  double max_nonprint_fraction = 0.1;   // drop documents with more control characters than this
+};
+
+struct DataConfig {
+  std::string source = "synthetic";     // "synthetic", "text" (prepare from text) or "shards"
+  std::vector<std::string> text;        // text files for source = "text"
+  std::string dir = "data/default";     // prepared data: tokenizer.json, train_*.bin, val_*.bin
+  std::string document_separator = "\n\n\n";  // how a text file is split into documents
+  double val_fraction = 0.05;
+  FilterConfig filters;
+};
+
+struct RunDirConfig {
+  std::string dir = "runs/default";
+  std::string resume = "auto";  // "auto": from dir/ckpt/latest if present; "none"; or a path
+};
+
+struct SystemConfig {
+  int64_t threads = 0;           // 0: all cores
+  int64_t memory_limit_mb = 0;   // 0: no limit; otherwise the arena enforces it
+};
+
+struct SampleConfig {
+  std::string prompt = "";
+  int64_t max_new_tokens = 0;    // 0: no sample at the end of training
+  float temperature = 0.8f;
+  int64_t top_k = 40;
+};
+
+struct RunConfig {
+  ModelConfig model;
+  TrainConfig train;
+  OptimConfig optim;
+  DataConfig data;
+  RunDirConfig run;
+  SystemConfig system;
+  SampleConfig sample;
+};
+
+// Parses TOML text; `source` names the file in messages. Overrides are "section.key=value" with the
+// value in TOML syntax, or a bare string (`--set run.dir=runs/x` works without quotes).
+RunConfig parse_config(const std::string& toml_text, const std::string& source,
+                       const std::vector<std::string>& overrides = {});
+RunConfig load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+
+// Round trip through JSON (for checkpoint metadata and reports). Keys match the TOML keys.
+nlohmann::json config_to_json(const RunConfig& config);
+RunConfig config_from_json(const nlohmann::json& j);
+
+}  // namespace strata
