@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/config.h"
+#include "optim/optim_config.h"
 
 namespace strata {
 
@@ -26,17 +27,6 @@ struct TrainConfig {
   std::string precision = "f32";
 };
 
-struct OptimConfig {
-  float lr = 6e-4f;
-  float min_lr = 6e-5f;         // floor of the decay
-  int64_t warmup_steps = 20;
-  std::string decay = "cosine";  // "cosine", "linear" or "constant"
-  float beta1 = 0.9f;
-  float beta2 = 0.95f;
-  float eps = 1e-8f;
-  float weight_decay = 0.1f;    // decoupled; not applied to norms, biases or other 1-D params
-  float grad_clip = 1.0f;       // global-norm clip (0: off)
-};
 
 struct FilterConfig {
   int64_t min_doc_chars = 1;            // shorter documents are dropped

@@ -1,0 +1,164 @@
+// GEMM backend measurement on the shapes of training: for each (rows, in -> out) linear layer and
+// each of its three products (forward y = x w^T: N,T; backward dx = dy w: N,N; backward
+// dw += dy^T x: T,N), GFLOP/s of oneDNN dnnl_sgemm, the oneDNN matmul primitive, OpenBLAS
+// cblas_sgemm (loaded with dlopen, so this builds without linking OpenBLAS) and strata's gemm().
+// Run with OMP_NUM_THREADS set to the cores to use. Options: --quick (rows 1024 only, fewer
+// repetitions), --pad N (add N floats to every leading dimension, to look for stride effects).
+#include <dlfcn.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/gemm_backends.h"
+#include "kernels/cpu/kernels.h"
+
+namespace {
+
+using GemmFn = std::function<void(bool, bool, int64_t, int64_t, int64_t, float, const float*,
+                                  int64_t, const float*, int64_t, float, float*, int64_t)>;
+
+// cblas_sgemm(order, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) with the
+// CBLAS enums as ints: RowMajor = 101, NoTrans = 111, Trans = 112.
+using CblasSgemm = void (*)(int, int, int, int, int, int, float, const float*, int, const float*,
+                            int, float, float*, int);
+
+CblasSgemm load_openblas() {
+  for (const char* path : {"/usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblas.so.0",
+                           "libopenblas.so.0", "libopenblas.so"}) {
+    if (void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL)) {
+      if (void* f = dlsym(h, "cblas_sgemm")) {
+        CblasSgemm fn;
+        std::memcpy(&fn, &f, sizeof fn);
+        return fn;
+      }
+    }
+  }
+  return nullptr;
+}
+
+struct Backend {
+  std::string name;
+  GemmFn fn;
+};
+
+double seconds_now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool quick = false;
+  int64_t pad = 0;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--quick")) quick = true;
+    if (!std::strcmp(argv[i], "--pad") && i + 1 < argc) pad = std::atoll(argv[++i]);
+  }
+  std::vector<Backend> backends = {
+      {"dnnl_sgemm", strata::kernels::detail::gemm_dnnl_sgemm},
+      {"dnnl_matmul", strata::kernels::detail::gemm_dnnl_matmul},
+  };
+  if (CblasSgemm cb = load_openblas()) {
+    backends.push_back({"openblas", [cb](bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                                         float alpha, const float* a, int64_t lda, const float* b,
+                                         int64_t ldb, float beta, float* c, int64_t ldc) {
+                          cb(101, ta ? 112 : 111, tb ? 112 : 111, int(m), int(n), int(k), alpha,
+                             a, int(lda), b, int(ldb), beta, c, int(ldc));
+                        }});
+  } else {
+    std::printf("OpenBLAS not found, skipping it\n");
+  }
+  backends.push_back({"strata(" + strata::kernels::gemm_backend() + ")", strata::kernels::gemm});
+
+  struct Shape {
+    int64_t in, out;
+  };
+  const std::vector<Shape> shapes = {{768, 768},  {768, 2304}, {768, 3072}, {3072, 768},
+                                     {768, 50304}, {256, 768},  {256, 8192}};
+  std::vector<int64_t> row_counts = quick ? std::vector<int64_t>{1024}
+                                          : std::vector<int64_t>{1024, 2048};
+  std::printf("threads %d, pad %ld\n", omp_get_max_threads(), static_cast<long>(pad));
+  std::printf("%-5s %-12s %-9s", "rows", "in->out", "op");
+  for (const auto& be : backends) std::printf(" %14s", be.name.c_str());
+  std::printf("   GFLOP/s\n");
+
+  std::vector<double> total_time(backends.size(), 0.0);
+  double total_flops = 0.0, best_rate = 0.0;
+  std::string best_name;
+  for (int64_t rows : row_counts) {
+    for (const Shape& s : shapes) {
+      // x[rows,in], w[out,in], y[rows,out] (and their gradients, same shapes).
+      const int64_t ldx = s.in + pad, ldw = s.in + pad, ldy = s.out + pad;
+      std::vector<float> x(rows * ldx), w(s.out * ldw), y(rows * ldy);
+      for (size_t i = 0; i < x.size(); ++i) x[i] = float((i * 7919) % 1000) * 1e-3f - 0.5f;
+      for (size_t i = 0; i < w.size(); ++i) w[i] = float((i * 104729) % 1000) * 1e-3f - 0.5f;
+      for (size_t i = 0; i < y.size(); ++i) y[i] = float((i * 31) % 1000) * 1e-3f - 0.5f;
+      std::vector<float> out_y(rows * ldy), out_x(rows * ldx), out_w(s.out * ldw);
+      struct Op {
+        const char* name;
+        bool ta, tb;
+        int64_t m, n, k;
+        const float* a;
+        int64_t lda;
+        const float* b;
+        int64_t ldb;
+        float beta;
+        float* c;
+        int64_t ldc;
+      };
+      const Op ops[] = {
+          {"fwd N,T", false, true, rows, s.out, s.in, x.data(), ldx, w.data(), ldw, 0.0f,
+           out_y.data(), ldy},
+          {"dx N,N", false, false, rows, s.in, s.out, y.data(), ldy, w.data(), ldw, 0.0f,
+           out_x.data(), ldx},
+          {"dw T,N", true, false, s.out, s.in, rows, y.data(), ldy, x.data(), ldx, 1.0f,
+           out_w.data(), ldw},
+      };
+      for (const Op& op : ops) {
+        const double flops = 2.0 * double(op.m) * double(op.n) * double(op.k);
+        // Enough repetitions for ~0.1 s (quick) or 0.25 s per backend at 200 GFLOP/s, at least 3.
+        const int reps = std::max(3, int((quick ? 0.1 : 0.25) * 200e9 / flops));
+        std::printf("%-5ld %5ld->%-5ld %-9s", long(rows), long(s.in), long(s.out), op.name);
+        // Backends take turns within each round, so that a slow spell of the (shared, virtual)
+        // machine hits all of them alike; each keeps its best round.
+        std::vector<double> best(backends.size(), 1e30);
+        for (const auto& be : backends)  // warm-up: primitive creation, page faults
+          be.fn(op.ta, op.tb, op.m, op.n, op.k, 1.0f, op.a, op.lda, op.b, op.ldb, op.beta, op.c,
+                op.ldc);
+        for (int r = 0; r < reps; ++r) {
+          for (size_t bi = 0; bi < backends.size(); ++bi) {
+            const double t0 = seconds_now();
+            backends[bi].fn(op.ta, op.tb, op.m, op.n, op.k, 1.0f, op.a, op.lda, op.b, op.ldb,
+                            op.beta, op.c, op.ldc);
+            const double dt = seconds_now() - t0;
+            best[bi] = std::min(best[bi], dt);
+            total_time[bi] += dt / reps;
+          }
+        }
+        for (size_t bi = 0; bi < backends.size(); ++bi) {
+          const double rate = flops / best[bi] * 1e-9;
+          if (rate > best_rate) {
+            best_rate = rate;
+            best_name = backends[bi].name;
+          }
+          std::printf(" %14.1f", rate);
+        }
+        total_flops += flops;
+        std::printf("\n");
+        std::fflush(stdout);
+      }
+    }
+  }
+  std::printf("\noverall (total flops / total mean time):");
+  for (size_t bi = 0; bi < backends.size(); ++bi)
+    std::printf(" %s %.1f", backends[bi].name.c_str(), total_flops / total_time[bi] * 1e-9);
+  std::printf(" GFLOP/s\nf32 GEMM peak: %.1f GFLOP/s (%s)\n", best_rate, best_name.c_str());
+  return 0;
+}

@@ -1,0 +1,171 @@
+// GEMM: every matrix product of the model (linear layers, tied LM head) goes through gemm().
+// Backends are oneDNN's dnnl_sgemm and its matmul primitive; bench/bench_gemm.cc measures both
+// (and OpenBLAS) on the training shapes, and kGemmBackend below records the winner.
+#include <cstring>
+#include <dnnl.hpp>
+#include <list>
+#include <mutex>
+#include <unordered_map>
+
+#include "core/error.h"
+#include "kernels/cpu/gemm_backends.h"
+#include "kernels/cpu/kernels.h"
+
+namespace strata::kernels {
+
+namespace {
+
+// The dispatch choice; see the measurement table in bench/bench_gemm.cc.
+enum class Backend { sgemm, matmul };
+constexpr Backend kGemmBackend = Backend::matmul;
+
+void check_args(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, int64_t lda,
+                int64_t ldb, int64_t ldc) {
+  STRATA_CHECK(m >= 0 && n >= 0 && k >= 0, "gemm: negative size m=", m, " n=", n, " k=", k);
+  // Row-major: the leading dimension of a stored matrix is at least its number of columns.
+  STRATA_CHECK(lda >= (trans_a ? m : k) && lda >= 1, "gemm: lda=", lda, " too small");
+  STRATA_CHECK(ldb >= (trans_b ? k : n) && ldb >= 1, "gemm: ldb=", ldb, " too small");
+  STRATA_CHECK(ldc >= n && ldc >= 1, "gemm: ldc=", ldc, " too small");
+}
+
+// k == 0 leaves C = beta * C; the libraries disagree on this corner, so handle it here.
+void scale_c(int64_t m, int64_t n, float beta, float* c, int64_t ldc) {
+  for (int64_t i = 0; i < m; ++i) {
+    float* row = c + i * ldc;
+    for (int64_t j = 0; j < n; ++j) row[j] = beta == 0.0f ? 0.0f : beta * row[j];
+  }
+}
+
+// ---- matmul primitive cache ----
+// Creating a primitive (descriptor + JIT kernel lookup) costs tens of microseconds; a training
+// step calls gemm with a handful of distinct shapes, so a small LRU keyed by everything that
+// shapes the primitive makes every call after the first one a lookup.
+struct Key {
+  bool ta, tb;
+  int64_t m, n, k, lda, ldb, ldc;
+  float alpha, beta;
+  bool operator==(const Key&) const = default;
+};
+struct KeyHash {
+  size_t operator()(const Key& key) const {
+    size_t h = (key.ta ? 1u : 0u) | (key.tb ? 2u : 0u);
+    auto mix = [&h](uint64_t v) { h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2); };
+    for (int64_t v : {key.m, key.n, key.k, key.lda, key.ldb, key.ldc}) mix(static_cast<uint64_t>(v));
+    uint32_t fa, fb;
+    std::memcpy(&fa, &key.alpha, 4);
+    std::memcpy(&fb, &key.beta, 4);
+    mix((static_cast<uint64_t>(fa) << 32) | fb);
+    return h;
+  }
+};
+
+class MatmulCache {
+ public:
+  static constexpr size_t kCapacity = 128;
+
+  MatmulCache() : engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {}
+
+  void run(const Key& key, const float* a, const float* b, float* c) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    Entry& e = lookup(key);
+    // Plain-layout memories wrapping the caller's pointers: no copies, no reorders.
+    dnnl::memory ma(e.pd.src_desc(), engine_, const_cast<float*>(a));
+    dnnl::memory mb(e.pd.weights_desc(), engine_, const_cast<float*>(b));
+    dnnl::memory mc(e.pd.dst_desc(), engine_, c);
+    e.prim.execute(stream_, {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}});
+    stream_.wait();
+  }
+
+ private:
+  struct Entry {
+    Key key;
+    dnnl::matmul::primitive_desc pd;
+    dnnl::matmul prim;
+  };
+
+  Entry& lookup(const Key& key) {
+    auto it = index_.find(key);
+    if (it != index_.end()) {
+      lru_.splice(lru_.begin(), lru_, it->second);  // most recently used first
+      return *it->second;
+    }
+    if (lru_.size() >= kCapacity) {
+      index_.erase(lru_.back().key);
+      lru_.pop_back();
+    }
+    using dt = dnnl::memory::data_type;
+    using dims = dnnl::memory::dims;
+    // op(A)[m,k]: stored A is [m,k] with row stride lda, or [k,m] (transposed) read with
+    // strides (1, lda); likewise B. This is how the transposes cost nothing.
+    dnnl::memory::desc ad(dims{key.m, key.k}, dt::f32,
+                          key.ta ? dims{1, key.lda} : dims{key.lda, 1});
+    dnnl::memory::desc bd(dims{key.k, key.n}, dt::f32,
+                          key.tb ? dims{1, key.ldb} : dims{key.ldb, 1});
+    dnnl::memory::desc cd(dims{key.m, key.n}, dt::f32, dims{key.ldc, 1});
+    dnnl::primitive_attr attr;
+    if (key.alpha != 1.0f) attr.set_output_scales(0, {key.alpha});
+    if (key.beta != 0.0f) {
+      dnnl::post_ops po;
+      po.append_sum(key.beta);
+      attr.set_post_ops(po);
+    }
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(ad, bd, cd), attr, engine_);
+    lru_.push_front(Entry{key, pd, dnnl::matmul(pd)});
+    index_[key] = lru_.begin();
+    return lru_.front();
+  }
+
+  std::mutex mutex_;
+  dnnl::engine engine_;
+  dnnl::stream stream_;
+  std::list<Entry> lru_;
+  std::unordered_map<Key, std::list<Entry>::iterator, KeyHash> index_;
+};
+
+MatmulCache& matmul_cache() {
+  static MatmulCache cache;
+  return cache;
+}
+
+}  // namespace
+
+namespace detail {
+
+void gemm_dnnl_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                     const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+                     int64_t ldc) {
+  check_args(trans_a, trans_b, m, n, k, lda, ldb, ldc);
+  if (m == 0 || n == 0) return;
+  if (k == 0) return scale_c(m, n, beta, c, ldc);
+  dnnl_status_t st = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, alpha, a, lda,
+                                b, ldb, beta, c, ldc);
+  STRATA_CHECK(st == dnnl_success, "gemm: dnnl_sgemm failed with status ", static_cast<int>(st));
+}
+
+void gemm_dnnl_matmul(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                      const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+                      int64_t ldc) {
+  check_args(trans_a, trans_b, m, n, k, lda, ldb, ldc);
+  if (m == 0 || n == 0) return;
+  if (k == 0) return scale_c(m, n, beta, c, ldc);
+  try {
+    matmul_cache().run(Key{trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta}, a, b, c);
+  } catch (const dnnl::error& e) {
+    fail("gemm: oneDNN matmul failed (m=", m, " n=", n, " k=", k, "): ", e.what());
+  }
+}
+
+}  // namespace detail
+
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+          int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if constexpr (kGemmBackend == Backend::matmul) {
+    detail::gemm_dnnl_matmul(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  } else {
+    detail::gemm_dnnl_sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  }
+}
+
+std::string gemm_backend() { return "onednn"; }
+
+}  // namespace strata::kernels

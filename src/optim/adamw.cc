@@ -1,0 +1,47 @@
+#include "optim/adamw.h"
+
+#include <cmath>
+
+#include "kernels/cpu/kernels.h"
+
+namespace strata {
+
+AdamW::AdamW(ParamStore& params, Arena& arena, const OptimConfig& config)
+    : params_(params), config_(config) {
+  m_ = arena.alloc<float>(MemCategory::optimizer, params.size(), "adam first moment");
+  v_ = arena.alloc<float>(MemCategory::optimizer, params.size(), "adam second moment");
+}
+
+void AdamW::step(float lr, float grad_scale) {
+  ++step_;
+  for (const ParamInfo& p : params_.all()) {
+    const float wd = p.weight_decay ? config_.weight_decay : 0.0f;
+    kernels::adamw_update(params_.data() + p.offset, params_.grads() + p.offset, m_ + p.offset,
+                          v_ + p.offset, p.numel, lr, config_.beta1, config_.beta2, config_.eps,
+                          wd, grad_scale, step_);
+  }
+}
+
+double global_grad_norm(const ParamStore& params) {
+  return std::sqrt(kernels::sum_squares(params.grads(), params.size()));
+}
+
+float clip_coefficient(double norm, float max_norm) {
+  if (max_norm <= 0.0f) return 1.0f;
+  const double coef = static_cast<double>(max_norm) / (norm + 1e-6);
+  return coef < 1.0 ? static_cast<float>(coef) : 1.0f;
+}
+
+float learning_rate(const OptimConfig& config, int64_t step, int64_t total_steps) {
+  if (step < config.warmup_steps)
+    return config.lr * static_cast<float>(step + 1) / static_cast<float>(config.warmup_steps);
+  if (config.decay == "constant") return config.lr;
+  const int64_t decay_steps = std::max<int64_t>(1, total_steps - config.warmup_steps);
+  const double progress =
+      std::min(1.0, static_cast<double>(step - config.warmup_steps) / static_cast<double>(decay_steps));
+  const double shape = config.decay == "linear" ? 1.0 - progress
+                                                : 0.5 * (1.0 + std::cos(M_PI * progress));
+  return static_cast<float>(config.min_lr + shape * (config.lr - config.min_lr));
+}
+
+}  // namespace strata

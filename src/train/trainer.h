@@ -1,0 +1,67 @@
+// Trainer: the step loop of one rank. Builds the model, optimizer and data from a RunConfig,
+// resumes from the latest checkpoint, trains with periodic evaluation and checkpoints, writes
+// metrics.jsonl and a plain log in the run directory, and samples from the model at the end.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "core/arena.h"
+#include "model/decoder.h"
+#include "optim/adamw.h"
+#include "train/config.h"
+#include "train/token_source.h"
+#include "track/console.h"
+#include "track/metrics.h"
+
+namespace strata {
+
+struct StepResult {
+  int64_t step = 0;  // 1-based: the number of optimizer steps completed
+  double loss = 0, grad_norm = 0, lr = 0, seconds = 0;
+};
+
+class Trainer {
+ public:
+  explicit Trainer(RunConfig config);
+  ~Trainer();
+
+  // The whole job: train to train.steps, evaluate, checkpoint, sample. Returns the final
+  // validation loss (NaN when there is no validation data).
+  double run();
+
+  // Pieces, for tests and tools.
+  StepResult train_step();
+  double evaluate();
+  std::string save();
+  Decoder& model() { return *model_; }
+  Arena& arena() { return arena_; }
+  int64_t step() const { return step_; }
+  const RunConfig& config() const { return config_; }
+
+ private:
+  void prepare_data();
+  void resume();
+  void write_metrics(const StepResult& r, double tokens_per_s, double mfu, double val_loss);
+  void sample_at_end();
+
+  RunConfig config_;
+  Arena arena_;
+  std::string data_dir_, tokenizer_path_;
+  std::unique_ptr<Decoder> model_;
+  std::unique_ptr<AdamW> optimizer_;
+  std::unique_ptr<TokenSource> train_data_, val_data_;
+  int32_t* inputs_ = nullptr;
+  int32_t* targets_ = nullptr;
+  int64_t step_ = 0;
+  double peak_flops_ = 0;
+  std::unique_ptr<JsonlWriter> metrics_;
+  std::unique_ptr<ConsoleProgress> console_;
+};
+
+// Measures this machine's f32 GEMM rate (FLOP/s) with the current thread count; used for MFU.
+double measure_gemm_flops();
+
+}  // namespace strata
