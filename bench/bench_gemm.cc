@@ -3,14 +3,17 @@
 // dw += dy^T x: T,N), GFLOP/s of oneDNN dnnl_sgemm, the oneDNN matmul primitive, OpenBLAS
 // cblas_sgemm (loaded with dlopen, so this builds without linking OpenBLAS) and strata's gemm().
 // Run with OMP_NUM_THREADS set to the cores to use. Options: --quick (rows 1024 only, fewer
-// repetitions), --pad N (add N floats to every leading dimension, to look for stride effects).
+// repetitions), --pad N (add N floats to every leading dimension, to look for stride effects),
+// --cpu (time by CPU time instead of wall clock, see seconds_now).
 #include <dlfcn.h>
 #include <omp.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <functional>
 #include <string>
 #include <vector>
@@ -47,9 +50,17 @@ struct Backend {
   GemmFn fn;
 };
 
+// Wall clock, or with --cpu the process's CPU time divided by the thread count: on a shared
+// machine the latter ignores time the threads spent preempted (use it with OMP_NUM_THREADS=1
+// for the cleanest per-core comparison; with more threads, spinning at barriers counts).
+bool g_cpu_time = false;
 double seconds_now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  if (g_cpu_time) {
+    timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec)) / omp_get_max_threads();
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 }  // namespace
@@ -59,6 +70,7 @@ int main(int argc, char** argv) {
   int64_t pad = 0;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--quick")) quick = true;
+    if (!std::strcmp(argv[i], "--cpu")) g_cpu_time = true;
     if (!std::strcmp(argv[i], "--pad") && i + 1 < argc) pad = std::atoll(argv[++i]);
   }
   std::vector<Backend> backends = {
@@ -69,8 +81,8 @@ int main(int argc, char** argv) {
     backends.push_back({"openblas", [cb](bool ta, bool tb, int64_t m, int64_t n, int64_t k,
                                          float alpha, const float* a, int64_t lda, const float* b,
                                          int64_t ldb, float beta, float* c, int64_t ldc) {
-                          cb(101, ta ? 112 : 111, tb ? 112 : 111, int(m), int(n), int(k), alpha,
-                             a, int(lda), b, int(ldb), beta, c, int(ldc));
+                          cb(101, ta ? 112 : 111, tb ? 112 : 111, int(m), int(n), int(k), alpha, a,
+                             int(lda), b, int(ldb), beta, c, int(ldc));
                         }});
   } else {
     std::printf("OpenBLAS not found, skipping it\n");
@@ -80,11 +92,12 @@ int main(int argc, char** argv) {
   struct Shape {
     int64_t in, out;
   };
-  const std::vector<Shape> shapes = {{768, 768},  {768, 2304}, {768, 3072}, {3072, 768},
+  const std::vector<Shape> shapes = {{768, 768},   {768, 2304}, {768, 3072}, {3072, 768},
                                      {768, 50304}, {256, 768},  {256, 8192}};
-  std::vector<int64_t> row_counts = quick ? std::vector<int64_t>{1024}
-                                          : std::vector<int64_t>{1024, 2048};
-  std::printf("threads %d, pad %ld\n", omp_get_max_threads(), static_cast<long>(pad));
+  std::vector<int64_t> row_counts =
+      quick ? std::vector<int64_t>{1024} : std::vector<int64_t>{1024, 2048};
+  std::printf("threads %d, pad %ld, timing by %s\n", omp_get_max_threads(), static_cast<long>(pad),
+              g_cpu_time ? "CPU time / threads" : "wall clock");
   std::printf("%-5s %-12s %-9s", "rows", "in->out", "op");
   for (const auto& be : backends) std::printf(" %14s", be.name.c_str());
   std::printf("   GFLOP/s\n");

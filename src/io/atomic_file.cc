@@ -26,8 +26,8 @@ std::string parent_dir(const std::string& path) {
 std::string temp_name(const std::string& path, int attempt) {
   static std::atomic<uint64_t> counter{0};
   std::filesystem::path p(path);
-  std::string name = cat(".", p.filename().string(), ".tmp-", ::getpid(), "-", counter++, "-",
-                         attempt);
+  std::string name =
+      cat(".", p.filename().string(), ".tmp-", ::getpid(), "-", counter++, "-", attempt);
   return (p.parent_path() / name).string();
 }
 
@@ -47,7 +47,9 @@ AtomicWriter::AtomicWriter(std::string path) : path_(std::move(path)) {
        "': ", errno_text(err));
 }
 
-AtomicWriter::~AtomicWriter() { abandon(); }
+AtomicWriter::~AtomicWriter() {
+  abandon();
+}
 
 void AtomicWriter::abandon() noexcept {
   if (fd_ < 0) return;
@@ -147,11 +149,11 @@ void fsync_dir(const std::string& dir) {
 void make_dirs(const std::string& dir) {
   STRATA_CHECK(!dir.empty(), "make_dirs: empty path");
   std::error_code ec;
+  // Checked first because create_directories reports this case as a bare "Not a directory".
+  STRATA_CHECK(!std::filesystem::exists(dir, ec) || std::filesystem::is_directory(dir, ec),
+               "cannot create directory '", dir, "': a file of that name exists");
   std::filesystem::create_directories(dir, ec);
   if (ec) fail("cannot create directory '", dir, "': ", ec.message());
-  // create_directories is content when the final component exists as a file; callers are not.
-  STRATA_CHECK(std::filesystem::is_directory(dir, ec), "cannot create directory '", dir,
-               "': a file of that name exists");
 }
 
 }  // namespace strata::io

@@ -90,9 +90,9 @@ uint64_t XxHash64::finish() const {
   return h;
 }
 
-uint64_t xxhash64(const void* data, size_t size, uint64_t seed) {
+uint64_t xxhash64(std::string_view bytes, uint64_t seed) {
   XxHash64 hash(seed);
-  hash.update(data, size);
+  hash.update(bytes);
   return hash.finish();
 }
 

@@ -25,10 +25,10 @@ class XxHash64 {
   size_t buffered_ = 0;
 };
 
-uint64_t xxhash64(const void* data, size_t size, uint64_t seed = 0);
-inline uint64_t xxhash64(std::string_view bytes, uint64_t seed = 0) {
-  return xxhash64(bytes.data(), bytes.size(), seed);
-}
+// One-shot form. There is deliberately no (pointer, size, seed = 0) overload: with one,
+// xxhash64("abc", seed) would silently pick it and read `seed` bytes. Binary buffers go through
+// XxHash64::update.
+uint64_t xxhash64(std::string_view bytes, uint64_t seed = 0);
 
 // 16 lowercase hex digits, most significant first (the form xxhsum prints).
 std::string hex64(uint64_t value);

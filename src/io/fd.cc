@@ -14,7 +14,9 @@ namespace {
 constexpr size_t kMaxChunk = size_t{1} << 30;
 }  // namespace
 
-std::string errno_text(int err) { return std::generic_category().message(err); }
+std::string errno_text(int err) {
+  return std::generic_category().message(err);
+}
 
 void UniqueFd::reset() noexcept {
   if (fd_ >= 0) ::close(fd_);

@@ -3,10 +3,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string_view>
-
-#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "io/safetensors.h"
@@ -84,7 +83,8 @@ nlohmann::json parse_header(const std::string& path, const std::string& text) {
     if (duplicate_is_tensor) bad(path, "duplicate tensor name '", duplicate, "' in the header");
     bad(path, "duplicate key '", duplicate, "' in the header");
   }
-  if (!header.is_object()) bad(path, "the JSON header is a ", header.type_name(), ", not an object");
+  if (!header.is_object())
+    bad(path, "the JSON header is a ", header.type_name(), ", not an object");
   return header;
 }
 
@@ -116,7 +116,8 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
 
   unsigned char len_bytes[8];
   if (int err = pread_exact(f.fd_.get(), len_bytes, 8, 0))
-    bad(path, "cannot read the header length: ", err < 0 ? "unexpected end of file" : errno_text(err));
+    bad(path,
+        "cannot read the header length: ", err < 0 ? "unexpected end of file" : errno_text(err));
   uint64_t header_len = 0;
   for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | len_bytes[i];
   if (header_len > file_size - 8)
@@ -162,7 +163,8 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
       if (!d.is_number_unsigned())
         bad(path, where, "shape ", shape.dump(), " must hold non-negative integers");
       const uint64_t dim = d.get<uint64_t>();
-      if (dim > static_cast<uint64_t>(INT64_MAX) || __builtin_mul_overflow(expected, dim, &expected))
+      if (dim > static_cast<uint64_t>(INT64_MAX) ||
+          __builtin_mul_overflow(expected, dim, &expected))
         bad(path, where, "shape ", shape.dump(), " is too large");
       e.shape.push_back(static_cast<int64_t>(dim));
     }
@@ -173,7 +175,8 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
       bad(path, where, "data_offsets ", offsets.dump(), " must be [begin, end] byte offsets");
     e.begin = offsets[0].get<uint64_t>();
     e.end = offsets[1].get<uint64_t>();
-    if (e.end < e.begin) bad(path, where, "data_offsets ", offsets.dump(), " end before they begin");
+    if (e.end < e.begin)
+      bad(path, where, "data_offsets ", offsets.dump(), " end before they begin");
     if (e.end > data_len)
       bad(path, where, "data_offsets ", offsets.dump(), " run past the ", data_len,
           "-byte data section: the file is truncated or the offsets are wrong");
@@ -203,8 +206,7 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
     previous = name;
   }
   if (covered != data_len)
-    bad(path, "the last ", data_len - covered, " of ", data_len,
-        " data bytes belong to no tensor");
+    bad(path, "the last ", data_len - covered, " of ", data_len, " data bytes belong to no tensor");
   return f;
 }
 
@@ -246,8 +248,8 @@ void SafetensorsFile::read_into(const std::string& name, void* dst, size_t dst_b
     bad(path_, "tensor '", name, "' (", e.dtype_name, " ", shape_str(e.shape), ") has ", size,
         " bytes but the destination has ", dst_bytes);
   if (int err = pread_exact(fd_.get(), dst, size, data_start_ + e.begin))
-    bad(path_, "cannot read tensor '", name,
-        "': ", err < 0 ? "unexpected end of file (was it truncated after opening?)" : errno_text(err));
+    bad(path_, "cannot read tensor '", name, "': ",
+        err < 0 ? "unexpected end of file (was it truncated after opening?)" : errno_text(err));
 }
 
 void SafetensorsFile::read_into(const std::string& name, const Tensor& dst) const {

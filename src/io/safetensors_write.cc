@@ -1,8 +1,7 @@
 #include <algorithm>
 #include <bit>
-#include <set>
-
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "core/error.h"
 #include "io/atomic_file.h"

@@ -3,9 +3,10 @@
 #include <stdlib.h>
 
 #include <filesystem>
+#include <stdexcept>
 #include <string>
 
-#include "io/atomic_file.h"
+#include "core/error.h"
 
 namespace strata::io {
 

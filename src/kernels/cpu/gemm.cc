@@ -50,7 +50,8 @@ struct KeyHash {
   size_t operator()(const Key& key) const {
     size_t h = (key.ta ? 1u : 0u) | (key.tb ? 2u : 0u);
     auto mix = [&h](uint64_t v) { h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2); };
-    for (int64_t v : {key.m, key.n, key.k, key.lda, key.ldb, key.ldc}) mix(static_cast<uint64_t>(v));
+    for (int64_t v : {key.m, key.n, key.k, key.lda, key.ldb, key.ldc})
+      mix(static_cast<uint64_t>(v));
     uint32_t fa, fb;
     std::memcpy(&fa, &key.alpha, 4);
     std::memcpy(&fb, &key.beta, 4);
@@ -137,14 +138,14 @@ void gemm_dnnl_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k
   check_args(trans_a, trans_b, m, n, k, lda, ldb, ldc);
   if (m == 0 || n == 0) return;
   if (k == 0) return scale_c(m, n, beta, c, ldc);
-  dnnl_status_t st = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, alpha, a, lda,
-                                b, ldb, beta, c, ldc);
+  dnnl_status_t st = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, alpha, a, lda, b,
+                                ldb, beta, c, ldc);
   STRATA_CHECK(st == dnnl_success, "gemm: dnnl_sgemm failed with status ", static_cast<int>(st));
 }
 
 void gemm_dnnl_matmul(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                      const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
-                      int64_t ldc) {
+                      const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
+                      float* c, int64_t ldc) {
   check_args(trans_a, trans_b, m, n, k, lda, ldb, ldc);
   if (m == 0 || n == 0) return;
   if (k == 0) return scale_c(m, n, beta, c, ldc);
@@ -166,6 +167,8 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
   }
 }
 
-std::string gemm_backend() { return "onednn"; }
+std::string gemm_backend() {
+  return "onednn";
+}
 
 }  // namespace strata::kernels

@@ -1,0 +1,206 @@
+#!/usr/bin/python3
+"""PyTorch peer of the strata training benchmark: the same decoder, trained on random tokens.
+
+    /usr/bin/python3 bench/torch_train.py --family gpt2 --n-layer 4 --n-head 4 --d-model 256 \
+        --vocab 8192 --seq-len 256 --batch 8 --steps 20 --warmup-steps 3 --threads 2
+
+Same architecture and parameter names as tools/torch_reference.py (that one is a float64
+reference written for clarity; this one is a float32 nn.Module written for speed): fused q|k|v
+and gate|up linears, manual causal softmax attention (torch 1.13 has no public
+scaled_dot_product_attention; --attn sdpa tries the private 1.13 one), AdamW with foreach
+kernels (decay on matrices only), clip_grad_norm_(1.0). Prints one JSON line at the end:
+  {"tokens_per_s", "step_ms", "steps_timed", "n_params", "flops_per_token", "gflops", ...}
+measured over the steps after --warmup-steps. FLOPs per token = 6*N + 12*L*C*T, N = parameter
+count without the learned position table.
+"""
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_blas import blas_info  # noqa: E402
+
+
+def swiglu_hidden(c):  # matches src/model/config.h
+    return ((8 * c // 3) + 63) // 64 * 64
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, c, eps):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(c))
+        self.eps = eps
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+class Block(nn.Module):
+    def __init__(self, a):
+        super().__init__()
+        C, H, KV, hd = a.d_model, a.n_head, a.n_kv_head, a.d_model // a.n_head
+        self.H, self.KV, self.hd, self.gpt2, self.attn_impl = H, KV, hd, a.family == "gpt2", a.attn
+        bias = self.gpt2
+        Norm = (lambda: nn.LayerNorm(C, eps=1e-5)) if self.gpt2 else (lambda: RMSNorm(C, 1e-5))
+        self.attn_norm = Norm()
+        self.qkv = nn.Linear(C, (H + 2 * KV) * hd, bias=bias)
+        self.o = nn.Linear(H * hd, C, bias=bias)
+        self.mlp_norm = Norm()
+        if self.gpt2:
+            self.fc = nn.Linear(C, a.d_ff, bias=True)
+            self.proj = nn.Linear(a.d_ff, C, bias=True)
+        else:
+            self.gate_up = nn.Linear(C, 2 * a.d_ff, bias=False)
+            self.down = nn.Linear(a.d_ff, C, bias=False)
+
+    def attention(self, x, mask, rope):
+        B, T, C = x.shape
+        H, KV, hd = self.H, self.KV, self.hd
+        qkv = self.qkv(x).view(B, T, H + 2 * KV, hd).transpose(1, 2)  # [B, H+2KV, T, hd]
+        q, k, v = qkv.split([H, KV, KV], dim=1)
+        if rope is not None:
+            cos, sin = rope
+            q = q * cos + torch.cat([-q[..., hd // 2:], q[..., :hd // 2]], -1) * sin
+            k = k * cos + torch.cat([-k[..., hd // 2:], k[..., :hd // 2]], -1) * sin
+        if KV != H:
+            k = k[:, :, None].expand(B, KV, H // KV, T, hd).reshape(B, H, T, hd)
+            v = v[:, :, None].expand(B, KV, H // KV, T, hd).reshape(B, H, T, hd)
+        if self.attn_impl == "sdpa":
+            o = F._scaled_dot_product_attention(q, k, v, None, 0.0, False, True)[0]
+        else:
+            s = torch.baddbmm(mask, q.reshape(B * H, T, hd), k.reshape(B * H, T, hd).transpose(1, 2),
+                              alpha=hd ** -0.5)
+            o = torch.bmm(torch.softmax(s, dim=-1), v.reshape(B * H, T, hd)).view(B, H, T, hd)
+        return self.o(o.transpose(1, 2).reshape(B, T, H * hd))
+
+    def forward(self, x, mask, rope):
+        x = x + self.attention(self.attn_norm(x), mask, rope)
+        h = self.mlp_norm(x)
+        if self.gpt2:
+            m = self.proj(F.gelu(self.fc(h), approximate="tanh"))
+        else:
+            g, u = self.gate_up(h).chunk(2, dim=-1)
+            m = self.down(F.silu(g) * u)
+        return x + m
+
+
+class Decoder(nn.Module):
+    def __init__(self, a):
+        super().__init__()
+        self.a = a
+        self.embed = nn.Embedding(a.vocab, a.d_model)
+        if a.family == "gpt2":
+            self.pos_embed = nn.Embedding(a.seq_len, a.d_model)
+        self.layers = nn.ModuleList(Block(a) for _ in range(a.n_layer))
+        self.final_norm = nn.LayerNorm(a.d_model, eps=1e-5) if a.family == "gpt2" else RMSNorm(a.d_model, 1e-5)
+        self.head = None if a.family == "gpt2" else nn.Linear(a.d_model, a.vocab, bias=False)
+        for n, p in self.named_parameters():
+            if p.dim() >= 2:
+                nn.init.normal_(p, std=0.02)
+        T, hd = a.seq_len, a.d_model // a.n_head
+        self.register_buffer("mask", torch.full((T, T), float("-inf")).triu(1), persistent=False)
+        if a.family == "llama":
+            inv = 10000.0 ** (-torch.arange(0, hd // 2, dtype=torch.float64) * 2 / hd)
+            ang = torch.outer(torch.arange(T, dtype=torch.float64), inv)
+            emb = torch.cat([ang, ang], -1)
+            self.register_buffer("cos", emb.cos().float(), persistent=False)
+            self.register_buffer("sin", emb.sin().float(), persistent=False)
+
+    def forward(self, tokens, targets):
+        B, T = tokens.shape
+        x = self.embed(tokens)
+        if self.a.family == "gpt2":
+            x = x + self.pos_embed.weight[:T]
+        rope = (self.cos[:T], self.sin[:T]) if self.a.family == "llama" else None
+        mask = self.mask[:T, :T]
+        for layer in self.layers:
+            x = layer(x, mask, rope)
+        x = self.final_norm(x)
+        logits = F.linear(x, self.embed.weight if self.head is None else self.head.weight)
+        return F.cross_entropy(logits.view(B * T, -1), targets.reshape(B * T))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--family", choices=["gpt2", "llama"], default="gpt2")
+    ap.add_argument("--n-layer", type=int, default=4)
+    ap.add_argument("--n-head", type=int, default=4)
+    ap.add_argument("--n-kv-head", type=int, default=0, help="0: n_head")
+    ap.add_argument("--d-model", type=int, default=256)
+    ap.add_argument("--d-ff", type=int, default=0, help="0: 4C (gpt2), swiglu_hidden(C) (llama)")
+    ap.add_argument("--vocab", type=int, default=8192)
+    ap.add_argument("--seq-len", type=int, default=256)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--steps", type=int, default=20, help="total steps, warmup included")
+    ap.add_argument("--warmup-steps", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--lr", type=float, default=3e-4)
+    ap.add_argument("--attn", choices=["manual", "sdpa"], default="manual")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--verbose", action="store_true", help="print every step to stderr")
+    a = ap.parse_args()
+    a.n_kv_head = a.n_kv_head or a.n_head
+    a.d_ff = a.d_ff or (4 * a.d_model if a.family == "gpt2" else swiglu_hidden(a.d_model))
+    if a.steps <= a.warmup_steps:
+        ap.error("--steps must exceed --warmup-steps")
+
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(a.seed)
+    model = Decoder(a)
+    params = list(model.parameters())
+    n_params = sum(p.numel() for p in params)
+    n_nopos = n_params - (model.pos_embed.weight.numel() if a.family == "gpt2" else 0)
+    flops_per_token = 6 * n_nopos + 12 * a.n_layer * a.d_model * a.seq_len
+    decay = [p for p in params if p.dim() >= 2]
+    no_decay = [p for p in params if p.dim() < 2]
+    opt_kw = dict(lr=a.lr, betas=(0.9, 0.95), eps=1e-8)
+    try:
+        opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
+                                 {"params": no_decay, "weight_decay": 0.0}], foreach=True, **opt_kw)
+        foreach = True
+    except TypeError:
+        opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
+                                 {"params": no_decay, "weight_decay": 0.0}], **opt_kw)
+        foreach = False
+
+    gen = torch.Generator().manual_seed(a.seed + 1)
+    times, losses = [], []
+    for step in range(a.steps):
+        tok = torch.randint(0, a.vocab, (a.batch, a.seq_len + 1), generator=gen)
+        inputs, targets = tok[:, :-1].contiguous(), tok[:, 1:].contiguous()
+        t0 = time.perf_counter()
+        loss = model(inputs, targets)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        lv = loss.item()
+        dt = time.perf_counter() - t0
+        losses.append(lv)
+        if step >= a.warmup_steps:
+            times.append(dt)
+        if a.verbose:
+            print("step %d loss %.4f %.1f ms %.0f tok/s" % (step, lv, dt * 1e3,
+                                                            a.batch * a.seq_len / dt), file=sys.stderr)
+    total = sum(times)
+    tps = a.batch * a.seq_len * len(times) / total
+    print(json.dumps({
+        "tokens_per_s": round(tps, 2), "step_ms": round(total / len(times) * 1e3, 2),
+        "steps_timed": len(times), "step_ms_min": round(min(times) * 1e3, 2),
+        "n_params": n_params, "n_params_no_pos": n_nopos, "flops_per_token": flops_per_token,
+        "gflops": round(tps * flops_per_token * 1e-9, 2),
+        "loss_first": round(losses[0], 4), "loss_last": round(losses[-1], 4),
+        "threads": torch.get_num_threads(), "attn": a.attn, "adamw_foreach": foreach,
+        "torch": torch.__version__, "blas": blas_info(),
+    }))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs everything strata needs on Debian 12, from Debian's packages only. Idempotent.
+set -euo pipefail
+packages=(
+  build-essential cmake ninja-build pkg-config clang-format
+  libdnnl-dev libopenblas-openmp-dev nlohmann-json3-dev libtomlplusplus-dev libcli11-dev
+  googletest libgtest-dev libbenchmark-dev
+  bible-kjv                   # the default English corpus (King James Bible text)
+  python3-torch python3-numpy # PyTorch reference and benchmark peer (/usr/bin/python3)
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get -o DPkg::Lock::Timeout=900 install -y -qq \
+    --no-install-recommends "${missing[@]}" >/dev/null
+fi

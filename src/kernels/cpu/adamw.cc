@@ -1,0 +1,50 @@
+// AdamW (PyTorch's torch.optim.AdamW semantics, decoupled weight decay) and the sum of squares
+// used for the global gradient norm. Both are single streaming passes.
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/cpu/kernels.h"
+
+namespace strata::kernels {
+
+void adamw_update(float* p, const float* g, float* m, float* v, int64_t count, float lr,
+                  float beta1, float beta2, float eps, float weight_decay, float grad_scale,
+                  int64_t step) {
+  // Per-step scalars in double, once: bias corrections 1 - beta^step underflow nothing in double.
+  const double bc1 = 1.0 - std::pow(double(beta1), double(step));
+  const double bc2 = 1.0 - std::pow(double(beta2), double(step));
+  const float step_size = float(double(lr) / bc1);
+  const float inv_sqrt_bc2 = float(1.0 / std::sqrt(bc2));
+  const float decay = 1.0f - lr * weight_decay;
+  const float one_minus_b1 = 1.0f - beta1, one_minus_b2 = 1.0f - beta2;
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < count; ++i) {
+    const float gi = g[i] * grad_scale;
+    const float mi = beta1 * m[i] + one_minus_b1 * gi;
+    const float vi = beta2 * v[i] + one_minus_b2 * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = p[i] * decay - step_size * mi / (std::sqrt(vi) * inv_sqrt_bc2 + eps);
+  }
+}
+
+double sum_squares(const float* x, int64_t count) {
+  // A fixed number of contiguous chunks, each summed in double and then added in chunk order:
+  // the result is the same for any thread count (an OpenMP reduction would not be).
+  constexpr int64_t kChunks = 256;
+  double partial[kChunks];
+  const int64_t chunk = (count + kChunks - 1) / kChunks;
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < kChunks; ++c) {
+    const int64_t begin = std::min(count, c * chunk), end = std::min(count, begin + chunk);
+    double s = 0.0;
+#pragma omp simd reduction(+ : s)
+    for (int64_t i = begin; i < end; ++i) s += double(x[i]) * double(x[i]);
+    partial[c] = s;
+  }
+  double total = 0.0;
+  for (int64_t c = 0; c < kChunks; ++c) total += partial[c];
+  return total;
+}
+
+}  // namespace strata::kernels

@@ -1,0 +1,59 @@
+// Rotary position embedding, Hugging Face Llama convention (rotate_half): in every q and k head,
+// the pair (i, i + hd/2) is rotated by angle t * inv_freq[i], inv_freq[i] = theta^(-2i/hd).
+// Work is split over positions: the hd/2 cos/sin values of a position are computed once (in
+// double, so that large t * inv_freq keeps its precision) and applied to every batch row and
+// head at that position. The backward is the same rotation by -angle (the rotation's transpose).
+#include <cmath>
+
+#include "core/error.h"
+#include "kernels/cpu/kernels.h"
+
+namespace strata::kernels {
+
+namespace {
+
+constexpr int64_t kMaxHalf = 256;  // head_dim up to 512: cos/sin tables live on the stack
+
+void rope_rotate(float* qkv, int64_t b, int64_t t, int64_t nh, int64_t nkv, int64_t hd, float theta,
+                 float sign) {
+  STRATA_CHECK(hd % 2 == 0 && hd / 2 <= kMaxHalf, "rope: head_dim ", hd,
+               " must be even and at most ", 2 * kMaxHalf);
+  const int64_t row = (nh + 2 * nkv) * hd, half = hd / 2, heads = nh + nkv;
+#pragma omp parallel for schedule(static)
+  for (int64_t ti = 0; ti < t; ++ti) {
+    float cs[kMaxHalf], sn[kMaxHalf];
+    for (int64_t i = 0; i < half; ++i) {
+      const double angle =
+          double(ti) * std::pow(double(theta), -2.0 * double(i) / double(hd)) * double(sign);
+      cs[i] = float(std::cos(angle));
+      sn[i] = float(std::sin(angle));
+    }
+    for (int64_t bi = 0; bi < b; ++bi) {
+      float* r = qkv + (bi * t + ti) * row;
+      for (int64_t h = 0; h < heads; ++h) {  // q heads then k heads; v is left alone
+        float* __restrict x1 = r + h * hd;
+        float* __restrict x2 = x1 + half;
+#pragma omp simd
+        for (int64_t i = 0; i < half; ++i) {
+          const float a = x1[i], c = x2[i];
+          x1[i] = a * cs[i] - c * sn[i];
+          x2[i] = c * cs[i] + a * sn[i];
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void rope_forward(float* qkv, int64_t b, int64_t t, int64_t nh, int64_t nkv, int64_t hd,
+                  float theta) {
+  rope_rotate(qkv, b, t, nh, nkv, hd, theta, 1.0f);
+}
+
+void rope_backward(float* dqkv, int64_t b, int64_t t, int64_t nh, int64_t nkv, int64_t hd,
+                   float theta) {
+  rope_rotate(dqkv, b, t, nh, nkv, hd, theta, -1.0f);
+}
+
+}  // namespace strata::kernels

@@ -1,0 +1,406 @@
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+#include "train/config.h"
+
+namespace strata {
+namespace {
+
+std::string error_of(const std::string& toml, const std::vector<std::string>& overrides = {}) {
+  try {
+    parse_config(toml, "config.toml", overrides);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "<no error>";
+}
+
+#define EXPECT_HAS(msg, part) EXPECT_NE((msg).find(part), std::string::npos) << (msg)
+
+const char* kFull = R"(
+[model]
+family = "llama"
+n_layer = 3
+n_head = 8
+n_kv_head = 2
+d_model = 128
+d_ff = 320
+vocab_size = 1000
+max_seq_len = 64
+norm_eps = 1e-6
+rope_theta = 500000.0
+tie_embeddings = true
+init_std = 0.01
+
+[train]
+steps = 10
+seed = 7
+batch_size = 2
+seq_len = 48
+grad_accum = 3
+eval_every = 5
+eval_batches = 4
+log_every = 1
+checkpoint_every = 5
+keep_last = 3
+precision = "f32"
+
+[optim]
+lr = 1e-3
+min_lr = 0
+warmup_steps = 0
+decay = "linear"
+beta1 = 0.8
+beta2 = 0.99
+eps = 1e-6
+weight_decay = 0.0
+grad_clip = 0.5
+
+[data]
+source = "text"
+text = ["a.txt", "b.txt"]
+dir = "data/x"
+document_separator = "\n"
+val_fraction = 0.1
+
+[data.filters]
+min_doc_chars = 10
+max_doc_chars = 5000
+max_repeat_fraction = 0.5
+max_nonprint_fraction = 0.2
+
+[run]
+dir = "runs/x"
+resume = "none"
+
+[system]
+threads = 2
+memory_limit_mb = 512
+
+[sample]
+prompt = "Once"
+max_new_tokens = 20
+temperature = 1.0
+top_k = 0
+)";
+
+}  // namespace
+
+TEST(Config, EmptyFileGivesTheDocumentedDefaults) {
+  RunConfig c = parse_config("", "config.toml");
+  EXPECT_EQ(c.model.family, ModelFamily::gpt2);
+  EXPECT_TRUE(c.model.tie_embeddings);
+  EXPECT_EQ(c.model.n_kv_head, 4);   // finalize: n_head
+  EXPECT_EQ(c.model.d_ff, 4 * 256);  // finalize: gpt2 width
+  EXPECT_EQ(c.train.steps, 200);
+  EXPECT_EQ(c.train.seed, 1337u);
+  EXPECT_EQ(c.optim.lr, 6e-4f);
+  EXPECT_EQ(c.optim.decay, "cosine");
+  EXPECT_EQ(c.data.source, "synthetic");
+  EXPECT_TRUE(c.data.text.empty());
+  EXPECT_EQ(c.data.filters.max_doc_chars, 1000000);
+  EXPECT_EQ(c.run.resume, "auto");
+  EXPECT_EQ(c.system.threads, 0);
+  EXPECT_EQ(c.sample.top_k, 40);
+}
+
+TEST(Config, TieEmbeddingsDefaultDependsOnFamily) {
+  RunConfig llama = parse_config("[model]\nfamily = \"llama\"\n", "config.toml");
+  EXPECT_FALSE(llama.model.tie_embeddings);
+  EXPECT_EQ(llama.model.d_ff, swiglu_hidden(256));
+  RunConfig tied = parse_config("[model]\nfamily = \"llama\"\ntie_embeddings = true\n", "c");
+  EXPECT_TRUE(tied.model.tie_embeddings);
+  RunConfig untied_gpt2 = parse_config("[model]\ntie_embeddings = false\n", "c");
+  EXPECT_FALSE(untied_gpt2.model.tie_embeddings);
+}
+
+TEST(Config, FullFileSetsEveryField) {
+  RunConfig c = parse_config(kFull, "config.toml");
+  EXPECT_EQ(c.model.family, ModelFamily::llama);
+  EXPECT_EQ(c.model.n_layer, 3);
+  EXPECT_EQ(c.model.n_head, 8);
+  EXPECT_EQ(c.model.n_kv_head, 2);
+  EXPECT_EQ(c.model.d_model, 128);
+  EXPECT_EQ(c.model.d_ff, 320);
+  EXPECT_EQ(c.model.vocab_size, 1000);
+  EXPECT_EQ(c.model.max_seq_len, 64);
+  EXPECT_EQ(c.model.norm_eps, 1e-6f);
+  EXPECT_EQ(c.model.rope_theta, 500000.0f);
+  EXPECT_TRUE(c.model.tie_embeddings);
+  EXPECT_EQ(c.model.init_std, 0.01f);
+  EXPECT_EQ(c.train.steps, 10);
+  EXPECT_EQ(c.train.seed, 7u);
+  EXPECT_EQ(c.train.batch_size, 2);
+  EXPECT_EQ(c.train.seq_len, 48);
+  EXPECT_EQ(c.train.grad_accum, 3);
+  EXPECT_EQ(c.train.eval_every, 5);
+  EXPECT_EQ(c.train.eval_batches, 4);
+  EXPECT_EQ(c.train.log_every, 1);
+  EXPECT_EQ(c.train.checkpoint_every, 5);
+  EXPECT_EQ(c.train.keep_last, 3);
+  EXPECT_EQ(c.train.precision, "f32");
+  EXPECT_EQ(c.optim.lr, 1e-3f);
+  EXPECT_EQ(c.optim.min_lr, 0.0f);  // an integer where a float is expected is fine
+  EXPECT_EQ(c.optim.warmup_steps, 0);
+  EXPECT_EQ(c.optim.decay, "linear");
+  EXPECT_EQ(c.optim.beta1, 0.8f);
+  EXPECT_EQ(c.optim.beta2, 0.99f);
+  EXPECT_EQ(c.optim.eps, 1e-6f);
+  EXPECT_EQ(c.optim.weight_decay, 0.0f);
+  EXPECT_EQ(c.optim.grad_clip, 0.5f);
+  EXPECT_EQ(c.data.source, "text");
+  EXPECT_EQ(c.data.text, (std::vector<std::string>{"a.txt", "b.txt"}));
+  EXPECT_EQ(c.data.dir, "data/x");
+  EXPECT_EQ(c.data.document_separator, "\n");
+  EXPECT_EQ(c.data.val_fraction, 0.1);
+  EXPECT_EQ(c.data.filters.min_doc_chars, 10);
+  EXPECT_EQ(c.data.filters.max_doc_chars, 5000);
+  EXPECT_EQ(c.data.filters.max_repeat_fraction, 0.5);
+  EXPECT_EQ(c.data.filters.max_nonprint_fraction, 0.2);
+  EXPECT_EQ(c.run.dir, "runs/x");
+  EXPECT_EQ(c.run.resume, "none");
+  EXPECT_EQ(c.system.threads, 2);
+  EXPECT_EQ(c.system.memory_limit_mb, 512);
+  EXPECT_EQ(c.sample.prompt, "Once");
+  EXPECT_EQ(c.sample.max_new_tokens, 20);
+  EXPECT_EQ(c.sample.temperature, 1.0f);
+  EXPECT_EQ(c.sample.top_k, 0);
+}
+
+TEST(Config, DottedKeysAndInlineTablesWork) {
+  RunConfig c = parse_config("train.steps = 3\ndata = { filters = { min_doc_chars = 4 } }\n", "c");
+  EXPECT_EQ(c.train.steps, 3);
+  EXPECT_EQ(c.data.filters.min_doc_chars, 4);
+}
+
+TEST(Config, UnknownKeysSuggestTheClosest) {
+  EXPECT_EQ(error_of("[train]\nstpes = 5\n"),
+            "config.toml: unknown key 'train.stpes' (did you mean 'train.steps'?)");
+  EXPECT_EQ(error_of("[trian]\nsteps = 5\n"),
+            "config.toml: unknown key 'trian.steps' (did you mean 'train.steps'?)");
+  EXPECT_EQ(error_of("steps = 5\n"),
+            "config.toml: unknown key 'steps' (did you mean 'train.steps'?)");
+  EXPECT_EQ(error_of("[optim]\nlearning_rate = 1\n"),
+            "config.toml: unknown key 'optim.learning_rate'");
+  EXPECT_HAS(error_of("[data.filters]\nmin_doc_char = 1\n"), "'data.filters.min_doc_chars'");
+  EXPECT_HAS(error_of("[model]\nn_heads = 4\n"), "did you mean 'model.n_head'?");
+  EXPECT_HAS(error_of("[optim]\nwarmup = 4\n"), "did you mean 'optim.warmup_steps'?");
+  EXPECT_HAS(error_of("[sample]\ntemp = 1\n"), "did you mean 'sample.temperature'?");
+}
+
+TEST(Config, WrongTypesNameKeyExpectedAndFound) {
+  std::string msg = error_of("[train]\nsteps = 5.5\n");
+  EXPECT_HAS(msg, "config.toml: train.steps: expected an integer, found float 5.5");
+  msg = error_of("[train]\nsteps = 5.0\n");  // floats are never integers, even whole ones
+  EXPECT_HAS(msg, "train.steps: expected an integer");
+  msg = error_of("[optim]\nlr = \"fast\"\n");
+  EXPECT_HAS(msg, "optim.lr: expected a number, found string 'fast'");
+  msg = error_of("[model]\ntie_embeddings = 1\n");
+  EXPECT_HAS(msg, "model.tie_embeddings: expected a boolean");
+  msg = error_of("[data]\ntext = [\"a\", 2]\n");
+  EXPECT_HAS(msg, "data.text: expected an array of strings");
+  msg = error_of("[model]\nfamily = 2\n");
+  EXPECT_HAS(msg, "model.family: expected a string");
+  msg = error_of("train = 5\n");
+  EXPECT_HAS(msg, "'train' is a section and must be a table");
+  msg = error_of("[train.steps]\nx = 1\n");
+  EXPECT_HAS(msg, "train.steps: expected an integer, found table");
+  msg = error_of("[train]\nseed = -1\n");
+  EXPECT_HAS(msg, "train.seed: must be non-negative");
+  msg = error_of("[optim]\nlr = inf\n");
+  EXPECT_HAS(msg, "optim.lr: must be a finite number");
+  msg = error_of("[optim]\nlr = 1e300\n");  // overflows a float
+  EXPECT_HAS(msg, "optim.lr: must be a finite number");
+}
+
+TEST(Config, SyntaxErrorsNameFileLineAndColumn) {
+  const std::string msg = error_of("[train]\nsteps = 5\nbatch_size = = 3\n");
+  EXPECT_HAS(msg, "config.toml:3:");
+  EXPECT_HAS(msg, "TOML syntax error");
+  EXPECT_HAS(error_of("[train\n"), "config.toml:1:");
+}
+
+struct BadValue {
+  const char* toml;
+  const char* message;
+};
+
+class ConfigBadValue : public ::testing::TestWithParam<BadValue> {};
+
+TEST_P(ConfigBadValue, NamesTheKey) {
+  EXPECT_HAS(error_of(GetParam().toml), std::string("config.toml: ") + GetParam().message);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Config, ConfigBadValue,
+    ::testing::Values(
+        BadValue{"[train]\nsteps = 0", "train.steps: must be at least 1, got 0"},
+        BadValue{"[train]\nbatch_size = 0", "train.batch_size: must be at least 1"},
+        BadValue{"[train]\nseq_len = 0", "train.seq_len: must be at least 1"},
+        BadValue{"[train]\nseq_len = 512", "train.seq_len: 512 exceeds model.max_seq_len = 256"},
+        BadValue{"[train]\ngrad_accum = 0", "train.grad_accum: must be at least 1"},
+        BadValue{"[train]\neval_every = -1", "train.eval_every:"},
+        BadValue{"[train]\nlog_every = 0", "train.log_every:"},
+        BadValue{"[train]\nkeep_last = 0", "train.keep_last:"},
+        BadValue{"[train]\nprecision = \"bf16\"",
+                 "train.precision: 'bf16' is not supported yet; use \"f32\""},
+        BadValue{"[optim]\nlr = 0", "optim.lr: must be positive"},
+        BadValue{"[optim]\nlr = -1e-3", "optim.lr: must be positive"},
+        BadValue{"[optim]\nmin_lr = 1.0", "optim.min_lr: must be in [0, optim.lr"},
+        BadValue{"[optim]\nmin_lr = -1e-5", "optim.min_lr:"},
+        BadValue{"[optim]\nwarmup_steps = -1", "optim.warmup_steps:"},
+        BadValue{"[optim]\ndecay = \"step\"", "optim.decay: unknown schedule 'step'"},
+        BadValue{"[optim]\nbeta1 = 1.0", "optim.beta1: must be in [0, 1)"},
+        BadValue{"[optim]\nbeta2 = -0.1", "optim.beta2: must be in [0, 1)"},
+        BadValue{"[optim]\neps = 0", "optim.eps: must be positive"},
+        BadValue{"[optim]\nweight_decay = -0.1", "optim.weight_decay:"},
+        BadValue{"[optim]\ngrad_clip = -1", "optim.grad_clip:"},
+        BadValue{"[data]\nsource = \"web\"", "data.source: unknown source 'web'"},
+        BadValue{"[data]\nsource = \"text\"", "data.text: data.source = \"text\" needs"},
+        BadValue{"[data]\nval_fraction = 0", "data.val_fraction: must be in (0, 0.5]"},
+        BadValue{"[data]\nval_fraction = 0.6", "data.val_fraction: must be in (0, 0.5]"},
+        BadValue{"[data.filters]\nmax_doc_chars = 0\nmin_doc_chars = 5",
+                 "data.filters.max_doc_chars:"},
+        BadValue{"[data.filters]\nmax_repeat_fraction = 2", "data.filters.max_repeat_fraction:"},
+        BadValue{"[run]\nresume = \"\"", "run.resume:"},
+        BadValue{"[system]\nthreads = -1", "system.threads: must be 0 (all cores) or more"},
+        BadValue{"[sample]\ntop_k = -1", "sample.top_k:"},
+        BadValue{"[model]\nfamily = \"gpt3\"", "model.family: unknown family 'gpt3'"},
+        // ModelConfig::finalize's checks surface with the key they name.
+        BadValue{"[model]\nn_head = 3", "model.n_head: 3 heads do not divide d_model = 256"},
+        BadValue{"[model]\nn_kv_head = 2", "model.n_kv_head:"},
+        BadValue{"[model]\nvocab_size = 1", "model.vocab_size:"}));
+
+TEST(Config, OverridesInEveryForm) {
+  RunConfig c = parse_config(
+      "[train]\nsteps = 100\n", "config.toml",
+      {"train.steps=5", "run.dir=runs/x", "optim.lr=1e-3", "data.text=[\"a.txt\",\"b.txt\"]",
+       "model.family=llama", "sample.prompt=\"quoted # text\"", "train.seed = 99"});
+  EXPECT_EQ(c.train.steps, 5);
+  EXPECT_EQ(c.run.dir, "runs/x");
+  EXPECT_EQ(c.optim.lr, 1e-3f);
+  EXPECT_EQ(c.data.text, (std::vector<std::string>{"a.txt", "b.txt"}));
+  EXPECT_EQ(c.model.family, ModelFamily::llama);
+  EXPECT_FALSE(c.model.tie_embeddings);  // the llama default, since no one set it
+  EXPECT_EQ(c.sample.prompt, "quoted # text");
+  EXPECT_EQ(c.train.seed, 99u);
+}
+
+TEST(Config, OverridesTakeBareTextForStringKeys) {
+  RunConfig c = parse_config("", "c",
+                             {"sample.prompt=1984", "run.resume=true", "data.text=corpus.txt",
+                              "sample.prompt=", "run.dir=a=b"});
+  EXPECT_EQ(c.sample.prompt, "");  // the later override wins
+  EXPECT_EQ(c.run.resume, "true");
+  EXPECT_EQ(c.data.text, (std::vector<std::string>{"corpus.txt"}));
+  EXPECT_EQ(c.run.dir, "a=b");  // only the first '=' separates key from value
+  EXPECT_EQ(parse_config("", "c", {"sample.prompt=1984"}).sample.prompt, "1984");
+}
+
+TEST(Config, OverridesApplyBeforeValidation) {
+  // The file alone is invalid (seq_len > max_seq_len); the override fixes it.
+  RunConfig c = parse_config("[train]\nseq_len = 512\n", "c", {"model.max_seq_len=512"});
+  EXPECT_EQ(c.train.seq_len, 512);
+  EXPECT_HAS(error_of("", {"train.steps=0"}), "train.steps: must be at least 1");
+}
+
+TEST(Config, BadOverridesAreErrorsNamingThem) {
+  EXPECT_HAS(error_of("", {"train.steps"}), "malformed override 'train.steps'");
+  EXPECT_HAS(error_of("", {"steps=5"}), "malformed override 'steps=5'");
+  EXPECT_HAS(error_of("", {".steps=5"}), "malformed override '.steps=5'");
+  EXPECT_EQ(error_of("", {"train.stpes=5"}),
+            "--set train.stpes=5: unknown key 'train.stpes' (did you mean 'train.steps'?)");
+  EXPECT_HAS(error_of("", {"train.steps=five"}), "train.steps: expected an integer, found string");
+  EXPECT_HAS(error_of("", {"train.steps=2.5"}), "train.steps: expected an integer, found float");
+  EXPECT_HAS(error_of("", {"data.text=[\"a.txt\""}), "not valid TOML");
+}
+
+TEST(Config, JsonRoundTripIsExact) {
+  RunConfig c =
+      parse_config(kFull, "config.toml", {"train.seed=18446744073709551", "optim.lr=3e-4"});
+  const nlohmann::json j = config_to_json(c);
+  EXPECT_EQ(j["train"]["steps"], 10);
+  EXPECT_EQ(j["model"]["family"], "llama");
+  EXPECT_EQ(j["data"]["filters"]["min_doc_chars"], 10);
+  EXPECT_EQ(j["optim"]["lr"].dump(), "0.0003");  // floats print in their short form
+  // Through text, as config.json and checkpoints store it.
+  RunConfig back = config_from_json(nlohmann::json::parse(j.dump(2)));
+  EXPECT_EQ(config_to_json(back), j);
+  EXPECT_EQ(back.optim.lr, c.optim.lr);
+  EXPECT_EQ(back.model.norm_eps, c.model.norm_eps);
+  EXPECT_EQ(back.model.rope_theta, c.model.rope_theta);
+  EXPECT_EQ(back.data.val_fraction, c.data.val_fraction);
+  EXPECT_EQ(back.train.seed, c.train.seed);
+  EXPECT_EQ(back.data.text, c.data.text);
+
+  // Awkward floats survive too.
+  RunConfig d;
+  d.optim.lr = 1.0f / 3.0f;
+  d.optim.eps = 1.17549435e-38f;  // FLT_MIN
+  d.sample.temperature = 16777217.0f;
+  RunConfig d2 = config_from_json(nlohmann::json::parse(config_to_json(d).dump()));
+  EXPECT_EQ(d2.optim.lr, d.optim.lr);
+  EXPECT_EQ(d2.optim.eps, d.optim.eps);
+  EXPECT_EQ(d2.sample.temperature, d.sample.temperature);
+  EXPECT_EQ(config_to_json(d2), config_to_json(d));
+}
+
+TEST(Config, JsonErrorsNameTheKey) {
+  nlohmann::json j = config_to_json(RunConfig{});
+  j["train"]["stpes"] = 3;
+  EXPECT_THROW(config_from_json(j), Error);
+  try {
+    config_from_json(j);
+  } catch (const Error& e) {
+    EXPECT_HAS(std::string(e.what()), "unknown key 'train.stpes' (did you mean 'train.steps'?)");
+  }
+  nlohmann::json k = config_to_json(RunConfig{});
+  k["train"]["steps"] = 2.5;
+  try {
+    config_from_json(k);
+    FAIL() << "expected a type error";
+  } catch (const Error& e) {
+    EXPECT_HAS(std::string(e.what()), "train.steps: expected an integer");
+  }
+  // Missing keys keep their defaults (configs saved before a field existed still load).
+  RunConfig partial = config_from_json(nlohmann::json{{"train", {{"steps", 9}}}});
+  EXPECT_EQ(partial.train.steps, 9);
+  EXPECT_EQ(partial.train.batch_size, 8);
+}
+
+TEST(Config, LoadConfigReadsFilesAndNamesMissingOnes) {
+  const std::string path =
+      (std::filesystem::temp_directory_path() / "strata_test_config.toml").string();
+  {
+    std::ofstream out(path);
+    out << "[train]\nsteps = 12\n";
+  }
+  EXPECT_EQ(load_config(path, {"train.batch_size=3"}).train.batch_size, 3);
+  EXPECT_EQ(load_config(path).train.steps, 12);
+  std::remove(path.c_str());
+  try {
+    load_config(path);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_HAS(std::string(e.what()), path);
+    EXPECT_HAS(std::string(e.what()), "configs/tiny.toml");
+  }
+  // Errors inside a loaded file name the file.
+  {
+    std::ofstream out(path);
+    out << "[train]\nsteps = 0\n";
+  }
+  try {
+    load_config(path);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_HAS(std::string(e.what()), path + ": train.steps");
+  }
+  std::remove(path.c_str());
+}
+
+}  // namespace strata
