@@ -1,20 +1,25 @@
 // Causal self-attention, naive (probabilities materialised in probs[b, nh, t, t]), with grouped-
 // query attention: query head h reads kv head h / (nh / nkv).
 //
-// Work split: forward runs one (batch, head) per task, backward one (batch, kv head) per task,
-// so that the q heads sharing a kv head add their dk, dv contributions in a fixed order (no
-// atomics, no dependence on the thread count). Inside a task every product is a small gemm on
-// strided views of qkv / out / probs (leading dimension = row stride), called single-threaded
-// from inside the parallel region. Rows are processed in blocks of kBlock queries and each
-// block only touches keys 0..end of block, so the causal triangle costs about half of a full
-// t x t product.
+// Work split: the forward runs one (batch, head) per task, the backward one (batch, kv head) per
+// task, so that the q heads sharing a kv head add their dk, dv contributions in a fixed order (no
+// atomics, no dependence on the thread count).
+//
+// The six products (S = Q K^T, O = P V; dP = dO V^T, dQ = dS K, dV = P^T dO, dK = dS^T Q) are
+// small (head_dim 64, a causal triangle of keys) and strided (rows of qkv), which is where
+// library GEMMs lose most: they repack both operands on every call. Here one register-tiled
+// micro-kernel (6 rows x up to 64 columns, 24 accumulators) computes all six directly on the
+// strided rows. Only Q K^T and dO V^T need the keys along the vector lanes; for those, 64-key
+// panels of K^T / V^T are transposed into a stack buffer once per block of 64 query rows. Every
+// tile is trimmed to the causal triangle at 6-row granularity.
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <utility>
 
 #include "core/error.h"
-#include "kernels/cpu/gemm_backends.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/vec.h"
 
@@ -22,12 +27,110 @@ namespace strata::kernels {
 
 namespace {
 
-constexpr int64_t kBlock = 64;
+constexpr int64_t kBlock = 64;        // query rows per block; also the key-panel width
+constexpr int kMr = 6;                // micro-tile rows
+constexpr int kNv = 4;                // micro-tile 16-float column vectors (64 columns)
+constexpr int64_t kMaxHeadDim = 256;  // the key panel (kBlock x head_dim) lives on the stack
 
-// Single-threaded gemm for use inside a parallel region (oneDNN then runs on the calling thread).
-void small_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-                int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  detail::gemm_dnnl_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+// C[MR, 16*NV] (+)= alpha * sum_p A(i, p) B(p, :), with A(i, p) = a[i*a_rs + p*a_cs] (broadcast)
+// and B(p, :) = b[p*b_rs + 0 .. 16*NV) (contiguous; the last vector masked by `last`).
+template <int MR, int NV>
+void micro_tile(int64_t kdim, const float* a, int64_t a_rs, int64_t a_cs, const float* b,
+                int64_t b_rs, float* c, int64_t ldc, __mmask16 last, float alpha, bool accumulate) {
+  __m512 acc[MR][NV];
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_setzero_ps();
+  }
+  for (int64_t p = 0; p < kdim; ++p) {
+    const float* bp = b + p * b_rs;
+    __m512 bv[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV - 1; ++v) bv[v] = _mm512_loadu_ps(bp + 16 * v);
+    bv[NV - 1] = _mm512_maskz_loadu_ps(last, bp + 16 * (NV - 1));
+    const float* ap = a + p * a_cs;
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+      const __m512 av = _mm512_set1_ps(ap[i * a_rs]);
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_fmadd_ps(av, bv[v], acc[i][v]);
+    }
+  }
+  const __m512 al = _mm512_set1_ps(alpha);
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) {
+    float* cr = c + i * ldc;
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+      const __mmask16 m = v == NV - 1 ? last : __mmask16(0xFFFF);
+      __m512 r = _mm512_mul_ps(acc[i][v], al);
+      if (accumulate) r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(m, cr + 16 * v));
+      _mm512_mask_storeu_ps(cr + 16 * v, m, r);
+    }
+  }
+}
+
+using MicroFn = void (*)(int64_t, const float*, int64_t, int64_t, const float*, int64_t, float*,
+                         int64_t, __mmask16, float, bool);
+
+template <int MR, int... NV>
+constexpr std::array<MicroFn, sizeof...(NV)> row_of_kernels(std::integer_sequence<int, NV...>) {
+  return {&micro_tile<MR, NV + 1>...};
+}
+template <int... MR>
+constexpr std::array<std::array<MicroFn, kNv>, sizeof...(MR)> kernel_table(
+    std::integer_sequence<int, MR...>) {
+  return {row_of_kernels<MR + 1>(std::make_integer_sequence<int, kNv>())...};
+}
+// kMicro[mr - 1][nv - 1]
+constexpr auto kMicro = kernel_table(std::make_integer_sequence<int, kMr>());
+
+// C[m, n] (+)= alpha * A B for m <= kMr rows and n <= 64 columns (any n: split by the caller).
+inline void tile(int64_t m, int64_t n, int64_t kdim, const float* a, int64_t a_rs, int64_t a_cs,
+                 const float* b, int64_t b_rs, float* c, int64_t ldc, float alpha,
+                 bool accumulate) {
+  const int64_t nv = (n + 15) / 16;
+  const __mmask16 last = vec::tail_mask(16 * (nv - 1), n);
+  kMicro[m - 1][nv - 1](kdim, a, a_rs, a_cs, b, b_rs, c, ldc, last, alpha, accumulate);
+}
+
+// C[m, n] (+)= alpha * A B for m <= kMr rows and any n (columns in chunks of 64).
+inline void row_tile(int64_t m, int64_t n, int64_t kdim, const float* a, int64_t a_rs, int64_t a_cs,
+                     const float* b, int64_t b_rs, float* c, int64_t ldc, float alpha,
+                     bool accumulate) {
+  for (int64_t j0 = 0; j0 < n; j0 += 16 * kNv) {
+    tile(m, std::min<int64_t>(16 * kNv, n - j0), kdim, a, a_rs, a_cs, b + j0, b_rs, c + j0, ldc,
+         alpha, accumulate);
+  }
+}
+
+// panel[d * kBlock + j] = x[(j0 + j) * ld + d] for j < width, d < hd: a 64-key slice of K or V,
+// transposed so that keys run along the vector lanes.
+void pack_transposed(float* __restrict panel, const float* __restrict x, int64_t ld, int64_t j0,
+                     int64_t width, int64_t hd) {
+  for (int64_t j = 0; j < width; ++j) {
+    const float* __restrict src = x + (j0 + j) * ld;
+    for (int64_t d = 0; d < hd; ++d) panel[d * kBlock + j] = src[d];
+  }
+}
+
+// S[i, j] = alpha * a_i . x_j for the rows i in [r0, r1) and the keys j <= i, written into
+// s (row stride lds). a rows have stride lda, x (keys) rows stride ldx. Entries past the diagonal
+// inside a tile get values too (the caller overwrites them).
+void causal_scores(float* s, int64_t lds, const float* a, int64_t lda, const float* x, int64_t ldx,
+                   int64_t r0, int64_t r1, int64_t hd, float alpha) {
+  alignas(64) float panel[kBlock * kMaxHeadDim];
+  for (int64_t k0 = 0; k0 < r1; k0 += kBlock) {
+    const int64_t kw = std::min(kBlock, r1 - k0);
+    pack_transposed(panel, x, ldx, k0, kw, hd);
+    for (int64_t i0 = r0; i0 < r1; i0 += kMr) {
+      const int64_t m = std::min<int64_t>(kMr, r1 - i0);
+      const int64_t ncols = std::min(kw, i0 + m - k0);  // keys k0 .. the tile's last row
+      if (ncols <= 0) continue;                         // the whole tile is before the panel
+      tile(m, ncols, hd, a + i0 * lda, lda, 1, panel, kBlock, s + i0 * lds + k0, lds, alpha, false);
+    }
+  }
 }
 
 // In place: p[0..len) = softmax(p[0..len)), p[len..end) = 0.
@@ -51,17 +154,18 @@ void softmax_row(float* p, int64_t len, int64_t end) {
   std::fill(p + len, p + end, 0.0f);
 }
 
-void check_heads(int64_t nh, int64_t nkv, int64_t hd) {
+void check_shapes(int64_t nh, int64_t nkv, int64_t hd) {
   STRATA_CHECK(nh > 0 && nkv > 0 && nh % nkv == 0, "attention: n_head ", nh,
                " must be a multiple of n_kv_head ", nkv);
-  STRATA_CHECK(hd > 0, "attention: head_dim must be positive");
+  STRATA_CHECK(hd > 0 && hd <= kMaxHeadDim, "attention: head_dim ", hd, " must be in [1, ",
+               kMaxHeadDim, "]");
 }
 
 }  // namespace
 
 void attention_forward(float* out, float* probs, const float* qkv, int64_t b, int64_t t, int64_t nh,
                        int64_t nkv, int64_t hd) {
-  check_heads(nh, nkv, hd);
+  check_shapes(nh, nkv, hd);
   const int64_t row = (nh + 2 * nkv) * hd, ldo = nh * hd, group = nh / nkv;
   const float scale = 1.0f / std::sqrt(float(hd));
 #pragma omp parallel for schedule(dynamic, 1)
@@ -74,13 +178,13 @@ void attention_forward(float* out, float* probs, const float* qkv, int64_t b, in
     float* o = out + bi * t * ldo + h * hd;
     for (int64_t r0 = 0; r0 < t; r0 += kBlock) {
       const int64_t r1 = std::min(t, r0 + kBlock);
-      // Scores of queries r0..r1 against keys 0..r1 (the rest of the rows is masked anyway).
-      small_gemm(false, true, r1 - r0, r1, hd, scale, q + r0 * row, row, k, row, 0.0f, p + r0 * t,
-                 t);
+      causal_scores(p, t, q, row, k, row, r0, r1, hd, scale);
       for (int64_t i = r0; i < r1; ++i) softmax_row(p + i * t, i + 1, t);
-      // out rows r0..r1 = P[r0..r1, 0..r1] V[0..r1]
-      small_gemm(false, false, r1 - r0, hd, r1, 1.0f, p + r0 * t, t, v, row, 0.0f, o + r0 * ldo,
-                 ldo);
+      // O rows = P rows . V over the keys up to the tile's last row (P is zero beyond).
+      for (int64_t i0 = r0; i0 < r1; i0 += kMr) {
+        const int64_t m = std::min<int64_t>(kMr, r1 - i0);
+        row_tile(m, hd, i0 + m, p + i0 * t, t, 1, v, row, o + i0 * ldo, ldo, 1.0f, false);
+      }
     }
   }
 }
@@ -94,7 +198,7 @@ int64_t attention_backward_scratch(int64_t /*b*/, int64_t t, int64_t /*nh*/, int
 void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
                         const float* probs, int64_t b, int64_t t, int64_t nh, int64_t nkv,
                         int64_t hd) {
-  check_heads(nh, nkv, hd);
+  check_shapes(nh, nkv, hd);
   const int64_t row = (nh + 2 * nkv) * hd, ldo = nh * hd, group = nh / nkv;
   const float scale = 1.0f / std::sqrt(float(hd));
   // The team size must match what attention_backward_scratch() sized the scratch for.
@@ -112,13 +216,13 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
       float* dq = dqkv + bi * t * row + h * hd;
       const float* p = probs + (bi * nh + h) * t * t;
       const float* dout_h = dout + bi * t * ldo + h * hd;
-      const float beta = h == kvh * group ? 0.0f : 1.0f;  // first head of the group overwrites
+      const bool accumulate = h != kvh * group;  // the group's first head overwrites dk, dv
       for (int64_t r0 = 0; r0 < t; r0 += kBlock) {
         const int64_t r1 = std::min(t, r0 + kBlock);
         // dP = dO V^T on the causal block, then the softmax backward in place:
-        // dS = P * (dP - rowsum(P * dP)) * scale, zero above the diagonal.
-        small_gemm(false, true, r1 - r0, r1, hd, 1.0f, dout_h + r0 * ldo, ldo, v, row, 0.0f,
-                   ds + r0 * t, t);
+        // dS = P * (dP - rowsum(P * dP)) * scale, zero past the diagonal (up to r1, which is as
+        // far as the tiles below read).
+        causal_scores(ds, t, dout_h, ldo, v, row, r0, r1, hd, 1.0f);
         for (int64_t i = r0; i < r1; ++i) {
           const float* __restrict pr = p + i * t;
           float* __restrict dsr = ds + i * t;
@@ -129,18 +233,24 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
           for (int64_t j = 0; j <= i; ++j) dsr[j] = pr[j] * (dsr[j] - dot) * scale;
           std::fill(dsr + i + 1, dsr + r1, 0.0f);
         }
-        // dQ rows r0..r1 = dS[r0..r1, 0..r1] K[0..r1]
-        small_gemm(false, false, r1 - r0, hd, r1, 1.0f, ds + r0 * t, t, k, row, 0.0f, dq + r0 * row,
-                   row);
+        // dQ rows = dS rows . K over the keys up to the tile's last row.
+        for (int64_t i0 = r0; i0 < r1; i0 += kMr) {
+          const int64_t m = std::min<int64_t>(kMr, r1 - i0);
+          row_tile(m, hd, i0 + m, ds + i0 * t, t, 1, k, row, dq + i0 * row, row, 1.0f, false);
+        }
       }
-      // dV[c0..c1] (+)= P[c0..t, c0..c1]^T dO[c0..t]; dK likewise with dS and Q. Rows above c0
-      // of those columns are zero (causal), so they are skipped.
+      // dV[j] (+)= sum_{i >= j} P[i, j] dO[i] and dK[j] (+)= sum_{i >= j} dS[i, j] Q[i]: tiles
+      // of key rows j0 .. j0+m read P / dS down their columns (a_rs = 1, a_cs = t). Tiles stay
+      // inside one 64-block, where dS past the diagonal was zeroed.
       for (int64_t c0 = 0; c0 < t; c0 += kBlock) {
         const int64_t c1 = std::min(t, c0 + kBlock);
-        small_gemm(true, false, c1 - c0, hd, t - c0, 1.0f, p + c0 * t + c0, t, dout_h + c0 * ldo,
-                   ldo, beta, dv + c0 * row, row);
-        small_gemm(true, false, c1 - c0, hd, t - c0, 1.0f, ds + c0 * t + c0, t, q + c0 * row, row,
-                   beta, dk + c0 * row, row);
+        for (int64_t j0 = c0; j0 < c1; j0 += kMr) {
+          const int64_t m = std::min<int64_t>(kMr, c1 - j0);
+          row_tile(m, hd, t - j0, p + j0 * t + j0, 1, t, dout_h + j0 * ldo, ldo, dv + j0 * row, row,
+                   1.0f, accumulate);
+          row_tile(m, hd, t - j0, ds + j0 * t + j0, 1, t, q + j0 * row, row, dk + j0 * row, row,
+                   1.0f, accumulate);
+        }
       }
     }
   }

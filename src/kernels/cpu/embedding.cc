@@ -2,6 +2,8 @@
 // is where determinism needs care: two rows with the same token add into the same dwte row, so
 // the work is split over channel slices (every thread sees every token, in order, and owns its
 // columns) instead of over tokens (which would need float atomics or per-thread copies).
+#include <omp.h>
+
 #include <algorithm>
 
 #include "kernels/cpu/kernels.h"
@@ -26,13 +28,16 @@ void embedding_forward(float* out, const int32_t* tokens, const float* wte, cons
 
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
                         int64_t b, int64_t t, int64_t c) {
-  // Slices of 64 floats (one 256-byte run per row): enough slices to feed the threads, and
-  // each row access is whole cache lines.
-  constexpr int64_t kSlice = 64;
-  const int64_t slices = (c + kSlice - 1) / kSlice;
+  // One slice per thread (a multiple of 16 floats): each thread walks the token list once and
+  // touches one contiguous run of every dwte row it visits. The slicing only decides who adds
+  // which column, never the order of the additions, so results do not depend on it.
+  const int64_t threads = omp_get_max_threads();
+  const int64_t width16 = ((c + threads - 1) / threads + 15) / 16 * 16;
+  const int64_t slice = std::max<int64_t>(width16, 16);
+  const int64_t slices = (c + slice - 1) / slice;
 #pragma omp parallel for schedule(static)
   for (int64_t s = 0; s < slices; ++s) {
-    const int64_t j0 = s * kSlice, width = std::min(kSlice, c - j0);
+    const int64_t j0 = s * slice, width = std::min(slice, c - j0);
     for (int64_t i = 0; i < b * t; ++i) {
       float* __restrict dst = dwte + static_cast<int64_t>(tokens[i]) * c + j0;
       const float* __restrict src = dout + i * c + j0;

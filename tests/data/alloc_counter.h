@@ -1,0 +1,8 @@
+// Heap allocations made so far by this test binary (alloc_counter.cc replaces operator new), so
+// a test can assert that a hot path allocates nothing.
+#pragma once
+#include <cstdint>
+
+namespace strata::data::testing {
+int64_t allocation_count();
+}
