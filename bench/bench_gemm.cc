@@ -4,7 +4,7 @@
 // cblas_sgemm (loaded with dlopen, so this builds without linking OpenBLAS) and strata's gemm().
 // Run with OMP_NUM_THREADS set to the cores to use. Options: --quick (rows 1024 only, fewer
 // repetitions), --pad N (add N floats to every leading dimension, to look for stride effects),
-// --cpu (time by CPU time instead of wall clock, see seconds_now).
+// --cpu (time by CPU time instead of wall clock, see seconds_now), --shape IN OUT (one shape).
 #include <dlfcn.h>
 #include <omp.h>
 
@@ -67,10 +67,14 @@ double seconds_now() {
 
 int main(int argc, char** argv) {
   bool quick = false;
-  int64_t pad = 0;
+  int64_t pad = 0, only_in = 0, only_out = 0;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--quick")) quick = true;
     if (!std::strcmp(argv[i], "--cpu")) g_cpu_time = true;
+    if (!std::strcmp(argv[i], "--shape") && i + 2 < argc) {
+      only_in = std::atoll(argv[++i]);
+      only_out = std::atoll(argv[++i]);
+    }
     if (!std::strcmp(argv[i], "--pad") && i + 1 < argc) pad = std::atoll(argv[++i]);
   }
   std::vector<Backend> backends = {
@@ -107,6 +111,7 @@ int main(int argc, char** argv) {
   std::string best_name;
   for (int64_t rows : row_counts) {
     for (const Shape& s : shapes) {
+      if (only_in && (s.in != only_in || s.out != only_out)) continue;
       // x[rows,in], w[out,in], y[rows,out] (and their gradients, same shapes).
       const int64_t ldx = s.in + pad, ldw = s.in + pad, ldy = s.out + pad;
       std::vector<float> x(rows * ldx), w(s.out * ldw), y(rows * ldy);

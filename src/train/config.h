@@ -39,7 +39,7 @@ struct DataConfig {
   std::string source = "synthetic";     // "synthetic", "text" (prepare from text) or "shards"
   std::vector<std::string> text;        // text files for source = "text"
   std::string dir = "data/default";     // prepared data: tokenizer.json, train_*.bin, val_*.bin
-  std::string document_separator = "\n\n\n";  // how a text file is split into documents
+  std::string document_separator = "\n\n";  // how a text file is split into documents
   double val_fraction = 0.05;
   FilterConfig filters;
 };

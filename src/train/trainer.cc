@@ -10,6 +10,7 @@
 #include "core/log.h"
 #include "data/prepare.h"
 #include "data/tokenizer.h"
+#include "data/unigram.h"
 #include "io/atomic_file.h"
 #include "kernels/cpu/kernels.h"
 #include "model/generate.h"
@@ -115,7 +116,12 @@ void Trainer::prepare_data() {
                  " or prepare the data again with this vocabulary size");
   }
   train_data_ = make_shard_source(train_shards, opt, /*shuffle=*/true);
-  if (!val_shards.empty()) val_data_ = make_shard_source(val_shards, opt, /*shuffle=*/false);
+  if (!val_shards.empty()) {
+    val_data_ = make_shard_source(val_shards, opt, /*shuffle=*/false);
+    unigram_baseline_ = data::unigram_baseline(train_shards, val_shards, config_.model.vocab_size);
+    log::info("validation: unigram baseline ", unigram_baseline_, " nats/token (a model that "
+              "learned only token frequencies)");
+  }
 }
 
 void Trainer::resume() {
@@ -229,7 +235,9 @@ double Trainer::run() {
     if ((t.eval_every > 0 && r.step % t.eval_every == 0) || r.step == t.steps) {
       v = evaluate();
       val_loss = v;
-      if (!std::isnan(v)) console_->message(cat("step ", r.step, ": val_loss ", v));
+      if (!std::isnan(v))
+        console_->message(cat("step ", r.step, ": val_loss ", v,
+                              unigram_baseline_ > 0 ? cat(" (unigram baseline ", unigram_baseline_, ")") : ""));
     }
     write_metrics(r, tps, mfu, v);
     console_->update({r.step, t.steps, r.loss, r.lr, r.grad_norm, tokens_per_step / smoothed, mfu,

@@ -40,6 +40,8 @@ class Trainer {
   Arena& arena() { return arena_; }
   int64_t step() const { return step_; }
   const RunConfig& config() const { return config_; }
+  // Validation cross-entropy under train-split token frequencies (0 without validation data).
+  double unigram_baseline() const { return unigram_baseline_; }
 
  private:
   void prepare_data();
@@ -57,6 +59,7 @@ class Trainer {
   int32_t* targets_ = nullptr;
   int64_t step_ = 0;
   double peak_flops_ = 0;
+  double unigram_baseline_ = 0;
   std::unique_ptr<JsonlWriter> metrics_;
   std::unique_ptr<ConsoleProgress> console_;
 };

@@ -114,16 +114,19 @@ TEST(Trainer, LearnsRealText) {
   c.data.source = "text";
   c.data.text = {std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/kjv_excerpt.txt"};
   c.data.dir = dir + "/data";
-  c.train.steps = 60;
+  c.data.filters.min_doc_chars = 32;
+  c.train.steps = 100;
   c.train.eval_batches = 4;
   c.optim.lr = 1e-2f;
   c.optim.warmup_steps = 5;
   Trainer t(c);
   const double before = t.evaluate();
-  for (int i = 0; i < 60; ++i) t.train_step();
+  for (int i = 0; i < 100; ++i) t.train_step();
   const double after = t.evaluate();
   EXPECT_NEAR(before, std::log(512.0), 0.5);
-  EXPECT_LT(after, before - 1.5) << "before " << before << " after " << after;
+  // Well below the start, and below what token frequencies alone explain.
+  EXPECT_LT(after, before - 1.2) << "before " << before << " after " << after;
+  EXPECT_LT(after, t.unigram_baseline()) << "unigram baseline " << t.unigram_baseline();
 }
 
 }  // namespace

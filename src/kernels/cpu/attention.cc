@@ -105,22 +105,59 @@ inline void row_tile(int64_t m, int64_t n, int64_t kdim, const float* a, int64_t
   }
 }
 
-// panel[d * kBlock + j] = x[(j0 + j) * ld + d] for j < width, d < hd: a 64-key slice of K or V,
-// transposed so that keys run along the vector lanes.
+// In-register transpose of a 16 x 16 block (unpack 32-bit, unpack 64-bit, two 128-bit lane
+// shuffles): 64 shuffles for 256 elements, against ~2 scalar moves each.
+inline void transpose16(__m512 r[16]) {
+  __m512 t[16], u[16], v[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    const __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]);
+    const __m512d c = _mm512_castps_pd(t[4 * i + 2]), d = _mm512_castps_pd(t[4 * i + 3]);
+    u[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+    u[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+    u[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+    u[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+  }
+  for (int i = 0; i < 2; ++i) {
+    for (int j = 0; j < 4; ++j) {
+      v[8 * i + j] = _mm512_shuffle_f32x4(u[8 * i + j], u[8 * i + 4 + j], 0x88);
+      v[8 * i + 4 + j] = _mm512_shuffle_f32x4(u[8 * i + j], u[8 * i + 4 + j], 0xdd);
+    }
+  }
+  for (int j = 0; j < 8; ++j) {
+    r[j] = _mm512_shuffle_f32x4(v[j], v[8 + j], 0x88);
+    r[8 + j] = _mm512_shuffle_f32x4(v[j], v[8 + j], 0xdd);
+  }
+}
+
+// panel[d * kBlock + j] = x[(j0 + j) * ld + d] for j < width, d < hd (zero for width <= j < 64):
+// a 64-key slice of K or V, transposed so that keys run along the vector lanes.
 void pack_transposed(float* __restrict panel, const float* __restrict x, int64_t ld, int64_t j0,
                      int64_t width, int64_t hd) {
-  for (int64_t j = 0; j < width; ++j) {
-    const float* __restrict src = x + (j0 + j) * ld;
-    for (int64_t d = 0; d < hd; ++d) panel[d * kBlock + j] = src[d];
+  for (int64_t jb = 0; jb < kBlock; jb += 16) {
+    for (int64_t db = 0; db < hd; db += 16) {
+      const __mmask16 cols = vec::tail_mask(db, hd);
+      __m512 r[16];
+      for (int64_t j = 0; j < 16; ++j) {
+        r[j] = jb + j < width ? _mm512_maskz_loadu_ps(cols, x + (j0 + jb + j) * ld + db)
+                              : _mm512_setzero_ps();
+      }
+      transpose16(r);
+      for (int64_t d = 0; d < std::min<int64_t>(16, hd - db); ++d) {
+        _mm512_storeu_ps(panel + (db + d) * kBlock + jb, r[d]);
+      }
+    }
   }
 }
 
 // S[i, j] = alpha * a_i . x_j for the rows i in [r0, r1) and the keys j <= i, written into
 // s (row stride lds). a rows have stride lda, x (keys) rows stride ldx. Entries past the diagonal
-// inside a tile get values too (the caller overwrites them).
+// inside a tile get values too (the caller overwrites them). panel: kBlock * hd floats.
 void causal_scores(float* s, int64_t lds, const float* a, int64_t lda, const float* x, int64_t ldx,
-                   int64_t r0, int64_t r1, int64_t hd, float alpha) {
-  alignas(64) float panel[kBlock * kMaxHeadDim];
+                   int64_t r0, int64_t r1, int64_t hd, float alpha, float* panel) {
   for (int64_t k0 = 0; k0 < r1; k0 += kBlock) {
     const int64_t kw = std::min(kBlock, r1 - k0);
     pack_transposed(panel, x, ldx, k0, kw, hd);
@@ -176,9 +213,10 @@ void attention_forward(float* out, float* probs, const float* qkv, int64_t b, in
     const float* v = qkv + bi * t * row + (nh + nkv + kvh) * hd;
     float* p = probs + task * t * t;
     float* o = out + bi * t * ldo + h * hd;
+    alignas(64) float panel[kBlock * kMaxHeadDim];
     for (int64_t r0 = 0; r0 < t; r0 += kBlock) {
       const int64_t r1 = std::min(t, r0 + kBlock);
-      causal_scores(p, t, q, row, k, row, r0, r1, hd, scale);
+      causal_scores(p, t, q, row, k, row, r0, r1, hd, scale, panel);
       for (int64_t i = r0; i < r1; ++i) softmax_row(p + i * t, i + 1, t);
       // O rows = P rows . V over the keys up to the tile's last row (P is zero beyond).
       for (int64_t i0 = r0; i0 < r1; i0 += kMr) {
@@ -190,10 +228,36 @@ void attention_forward(float* out, float* probs, const float* qkv, int64_t b, in
 }
 
 int64_t attention_backward_scratch(int64_t /*b*/, int64_t t, int64_t /*nh*/, int64_t /*nkv*/,
-                                   int64_t /*hd*/) {
-  // One t x t block of score gradients per thread.
-  return int64_t(omp_get_max_threads()) * t * t;
+                                   int64_t hd) {
+  // Per thread: the t x t score gradients of one head and two kBlock x hd panels.
+  return int64_t(omp_get_max_threads()) * (t * t + 2 * kBlock * hd);
 }
+
+namespace {
+
+// y[j0 + j, d] (+)= panel[d * kBlock + j] for j < width, d < hd (y rows of stride ld): the
+// transposed panel written back as rows.
+void unpack_transposed(float* __restrict y, int64_t ld, int64_t j0, int64_t width, int64_t hd,
+                       const float* __restrict panel, bool accumulate) {
+  for (int64_t jb = 0; jb < width; jb += 16) {
+    for (int64_t db = 0; db < hd; db += 16) {
+      const __mmask16 cols = vec::tail_mask(db, hd);
+      __m512 r[16];
+      for (int64_t d = 0; d < 16; ++d) {
+        r[d] = db + d < hd ? _mm512_loadu_ps(panel + (db + d) * kBlock + jb) : _mm512_setzero_ps();
+      }
+      transpose16(r);
+      for (int64_t j = 0; j < std::min<int64_t>(16, width - jb); ++j) {
+        float* dst = y + (j0 + jb + j) * ld + db;
+        const __m512 val =
+            accumulate ? _mm512_add_ps(r[j], _mm512_maskz_loadu_ps(cols, dst)) : r[j];
+        _mm512_mask_storeu_ps(dst, cols, val);
+      }
+    }
+  }
+}
+
+}  // namespace
 
 void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
                         const float* probs, int64_t b, int64_t t, int64_t nh, int64_t nkv,
@@ -206,7 +270,9 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nthreads)
   for (int64_t task = 0; task < b * nkv; ++task) {
     const int64_t bi = task / nkv, kvh = task % nkv;
-    float* ds = scratch + int64_t(omp_get_thread_num()) * t * t;
+    float* ds = scratch + int64_t(omp_get_thread_num()) * (t * t + 2 * kBlock * hd);
+    float* panel = ds + t * t;            // V^T slices for dP = dO V^T
+    float* grad_t = panel + kBlock * hd;  // dV^T / dK^T of one key block
     const float* k = qkv + bi * t * row + (nh + kvh) * hd;
     const float* v = qkv + bi * t * row + (nh + nkv + kvh) * hd;
     float* dk = dqkv + bi * t * row + (nh + kvh) * hd;
@@ -220,9 +286,9 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
       for (int64_t r0 = 0; r0 < t; r0 += kBlock) {
         const int64_t r1 = std::min(t, r0 + kBlock);
         // dP = dO V^T on the causal block, then the softmax backward in place:
-        // dS = P * (dP - rowsum(P * dP)) * scale, zero past the diagonal (up to r1, which is as
-        // far as the tiles below read).
-        causal_scores(ds, t, dout_h, ldo, v, row, r0, r1, hd, 1.0f);
+        // dS = P * (dP - rowsum(P * dP)) * scale, zero past the diagonal up to r1 (as far as
+        // the products below read).
+        causal_scores(ds, t, dout_h, ldo, v, row, r0, r1, hd, 1.0f, panel);
         for (int64_t i = r0; i < r1; ++i) {
           const float* __restrict pr = p + i * t;
           float* __restrict dsr = ds + i * t;
@@ -239,17 +305,22 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
           row_tile(m, hd, i0 + m, ds + i0 * t, t, 1, k, row, dq + i0 * row, row, 1.0f, false);
         }
       }
-      // dV[j] (+)= sum_{i >= j} P[i, j] dO[i] and dK[j] (+)= sum_{i >= j} dS[i, j] Q[i]: tiles
-      // of key rows j0 .. j0+m read P / dS down their columns (a_rs = 1, a_cs = t). Tiles stay
-      // inside one 64-block, where dS past the diagonal was zeroed.
+      // For each block of 64 keys j: dV^T[d, j] = sum_{i >= c0} dO[i, d] P[i, j] and
+      // dK^T[d, j] = sum_{i >= c0} Q[i, d] dS[i, j], computed transposed so that both operands
+      // are read along their rows (P and dS rows as vectors, dO and Q as broadcasts), then
+      // transposed back into the dv / dk rows. P and dS are zero above the diagonal.
       for (int64_t c0 = 0; c0 < t; c0 += kBlock) {
-        const int64_t c1 = std::min(t, c0 + kBlock);
-        for (int64_t j0 = c0; j0 < c1; j0 += kMr) {
-          const int64_t m = std::min<int64_t>(kMr, c1 - j0);
-          row_tile(m, hd, t - j0, p + j0 * t + j0, 1, t, dout_h + j0 * ldo, ldo, dv + j0 * row, row,
-                   1.0f, accumulate);
-          row_tile(m, hd, t - j0, ds + j0 * t + j0, 1, t, q + j0 * row, row, dk + j0 * row, row,
-                   1.0f, accumulate);
+        const int64_t width = std::min(kBlock, t - c0);
+        for (int pass = 0; pass < 2; ++pass) {
+          const float* a = pass == 0 ? dout_h : q;
+          const int64_t lda = pass == 0 ? ldo : row;
+          const float* bm = pass == 0 ? p : ds;
+          for (int64_t d0 = 0; d0 < hd; d0 += kMr) {
+            const int64_t m = std::min<int64_t>(kMr, hd - d0);
+            tile(m, width, t - c0, a + c0 * lda + d0, 1, lda, bm + c0 * t + c0, t,
+                 grad_t + d0 * kBlock, kBlock, 1.0f, false);
+          }
+          unpack_transposed(pass == 0 ? dv : dk, row, c0, width, hd, grad_t, accumulate);
         }
       }
     }
