@@ -6,7 +6,7 @@
 #include <string_view>
 #include <vector>
 
-#include "train/config.h"
+#include "data/data_config.h"
 
 namespace strata::data {
 

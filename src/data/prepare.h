@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "train/config.h"
+#include "data/data_config.h"
 
 namespace strata::data {
 

@@ -10,8 +10,8 @@
 // library GEMMs lose most: they repack both operands on every call. Here one register-tiled
 // micro-kernel (6 rows x up to 64 columns, 24 accumulators) computes all six directly on the
 // strided rows. Only Q K^T and dO V^T need the keys along the vector lanes; for those, 64-key
-// panels of K^T / V^T are transposed into a stack buffer once per block of 64 query rows. Every
-// tile is trimmed to the causal triangle at 6-row granularity.
+// panels of K^T / V^T are transposed into a small buffer, once per head, and all query rows are
+// run against each panel. Every tile is trimmed to the causal triangle at 6-row granularity.
 #include <omp.h>
 
 #include <algorithm>
@@ -214,9 +214,10 @@ void attention_forward(float* out, float* probs, const float* qkv, int64_t b, in
     float* p = probs + task * t * t;
     float* o = out + bi * t * ldo + h * hd;
     alignas(64) float panel[kBlock * kMaxHeadDim];
+    // All scores first, key panel by key panel: each K^T panel is packed once per head.
+    causal_scores(p, t, q, row, k, row, 0, t, hd, scale, panel);
     for (int64_t r0 = 0; r0 < t; r0 += kBlock) {
       const int64_t r1 = std::min(t, r0 + kBlock);
-      causal_scores(p, t, q, row, k, row, r0, r1, hd, scale, panel);
       for (int64_t i = r0; i < r1; ++i) softmax_row(p + i * t, i + 1, t);
       // O rows = P rows . V over the keys up to the tile's last row (P is zero beyond).
       for (int64_t i0 = r0; i0 < r1; i0 += kMr) {
@@ -283,12 +284,12 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
       const float* p = probs + (bi * nh + h) * t * t;
       const float* dout_h = dout + bi * t * ldo + h * hd;
       const bool accumulate = h != kvh * group;  // the group's first head overwrites dk, dv
+      // dP = dO V^T for the whole causal triangle (each V^T panel packed once), then per block
+      // of rows the softmax backward in place: dS = P * (dP - rowsum(P * dP)) * scale, zero
+      // past the diagonal up to the block's end (as far as the products below read).
+      causal_scores(ds, t, dout_h, ldo, v, row, 0, t, hd, 1.0f, panel);
       for (int64_t r0 = 0; r0 < t; r0 += kBlock) {
         const int64_t r1 = std::min(t, r0 + kBlock);
-        // dP = dO V^T on the causal block, then the softmax backward in place:
-        // dS = P * (dP - rowsum(P * dP)) * scale, zero past the diagonal up to r1 (as far as
-        // the products below read).
-        causal_scores(ds, t, dout_h, ldo, v, row, r0, r1, hd, 1.0f, panel);
         for (int64_t i = r0; i < r1; ++i) {
           const float* __restrict pr = p + i * t;
           float* __restrict dsr = ds + i * t;
