@@ -193,7 +193,11 @@ void check_attention(const AttnShape& s) {
 TEST(VsReference, Attention) {
   for (const AttnShape& s :
        {AttnShape{2, 17, 4, 4, 8}, AttnShape{2, 17, 4, 2, 6}, AttnShape{3, 17, 4, 1, 8},
-        AttnShape{1, 1, 2, 1, 6}, AttnShape{2, 150, 2, 1, 8}}) {  // t = 150: three row blocks
+        AttnShape{1, 1, 2, 1, 6},
+        // t = 150: three 64-row blocks, with 6-row tiles straddling them
+        AttnShape{2, 150, 2, 1, 8},
+        // head_dim > 64 and not a multiple of 16: two column chunks, masked tails
+        AttnShape{1, 70, 4, 2, 72}, AttnShape{2, 33, 2, 2, 20}}) {
     check_attention(s);
   }
 }

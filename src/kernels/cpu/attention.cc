@@ -155,16 +155,17 @@ void pack_transposed(float* __restrict panel, const float* __restrict x, int64_t
 
 // S[i, j] = alpha * a_i . x_j for the rows i in [r0, r1) and the keys j <= i, written into
 // s (row stride lds). a rows have stride lda, x (keys) rows stride ldx. Entries past the diagonal
-// inside a tile get values too (the caller overwrites them). panel: kBlock * hd floats.
+// inside a tile get values too, up to the tile's last row (< i + kMr): the caller overwrites
+// them. panel: kBlock * hd floats.
 void causal_scores(float* s, int64_t lds, const float* a, int64_t lda, const float* x, int64_t ldx,
                    int64_t r0, int64_t r1, int64_t hd, float alpha, float* panel) {
   for (int64_t k0 = 0; k0 < r1; k0 += kBlock) {
     const int64_t kw = std::min(kBlock, r1 - k0);
     pack_transposed(panel, x, ldx, k0, kw, hd);
-    for (int64_t i0 = r0; i0 < r1; i0 += kMr) {
+    // Row tiles from the first one that reaches the panel (rows before k0 see none of its keys).
+    for (int64_t i0 = r0 + std::max<int64_t>(0, k0 - r0) / kMr * kMr; i0 < r1; i0 += kMr) {
       const int64_t m = std::min<int64_t>(kMr, r1 - i0);
       const int64_t ncols = std::min(kw, i0 + m - k0);  // keys k0 .. the tile's last row
-      if (ncols <= 0) continue;                         // the whole tile is before the panel
       tile(m, ncols, hd, a + i0 * lda, lda, 1, panel, kBlock, s + i0 * lds + k0, lds, alpha, false);
     }
   }
@@ -298,7 +299,8 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
           for (int64_t j = 0; j <= i; ++j) dot += pr[j] * dsr[j];
 #pragma omp simd
           for (int64_t j = 0; j <= i; ++j) dsr[j] = pr[j] * (dsr[j] - dot) * scale;
-          std::fill(dsr + i + 1, dsr + r1, 0.0f);
+          // Up to r1 for the tiles below; kMr further for what causal_scores left past it.
+          std::fill(dsr + i + 1, dsr + std::min(t, r1 + kMr), 0.0f);
         }
         // dQ rows = dS rows . K over the keys up to the tile's last row.
         for (int64_t i0 = r0; i0 < r1; i0 += kMr) {

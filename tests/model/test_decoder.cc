@@ -1,0 +1,140 @@
+// Structure of the decoder: parameter names and layout, initialisation from (seed, name, index),
+// and the activation accounting.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/philox.h"
+#include "model/decoder.h"
+#include "model/generate.h"
+
+namespace strata {
+namespace {
+
+ModelConfig tiny(ModelFamily family) {
+  ModelConfig c;
+  c.family = family;
+  c.n_layer = 2;
+  c.n_head = 4;
+  c.n_kv_head = family == ModelFamily::llama ? 2 : 0;
+  c.d_model = 32;
+  c.vocab_size = 97;
+  c.max_seq_len = 16;
+  c.tie_embeddings = family == ModelFamily::gpt2;
+  return c;
+}
+
+class DecoderFamilies : public ::testing::TestWithParam<ModelFamily> {};
+
+TEST_P(DecoderFamilies, ParameterCountMatchesConfig) {
+  Arena arena;
+  Decoder model(tiny(GetParam()), arena, 2, 8);
+  EXPECT_EQ(model.params().size(), model.config().num_params(true));
+  EXPECT_EQ(arena.current(MemCategory::params), model.params().size() * 4);
+  EXPECT_EQ(arena.current(MemCategory::grads), model.params().size() * 4);
+}
+
+TEST_P(DecoderFamilies, FusedProjectionsAreAdjacentAndGroupsInBackwardOrder) {
+  Arena arena;
+  Decoder model(tiny(GetParam()), arena, 2, 8);
+  const ParamStore& p = model.params();
+  auto off = [&](const std::string& n) { return p.info(p.index_of(n)).offset; };
+  auto numel = [&](const std::string& n) { return p.info(p.index_of(n)).numel; };
+  for (const std::string l : {"layers.0.", "layers.1."}) {
+    EXPECT_EQ(off(l + "attn.k.weight"), off(l + "attn.q.weight") + numel(l + "attn.q.weight"));
+    EXPECT_EQ(off(l + "attn.v.weight"), off(l + "attn.k.weight") + numel(l + "attn.k.weight"));
+    if (GetParam() == ModelFamily::llama) {
+      EXPECT_EQ(off(l + "mlp.up.weight"), off(l + "mlp.gate.weight") + numel(l + "mlp.gate.weight"));
+    }
+  }
+  // Backward finishes the final norm first, then layer 1, layer 0, and the embedding last.
+  EXPECT_EQ(off("final_norm.weight"), 0);
+  EXPECT_LT(off("layers.1.attn_norm.weight"), off("layers.0.attn_norm.weight"));
+  EXPECT_LT(off("layers.0.mlp_norm.weight"), off("embed.weight"));
+}
+
+TEST_P(DecoderFamilies, InitDependsOnlyOnSeedNameAndIndex) {
+  Arena arena;
+  Decoder a(tiny(GetParam()), arena, 2, 8), b(tiny(GetParam()), arena, 1, 4);
+  a.init(42);
+  b.init(42);
+  const ParamStore& p = a.params();
+  for (int i = 0; i < p.count(); ++i) {
+    const ParamInfo& info = p.info(i);
+    const float* x = p.param(i);
+    const float* y = b.params().param(b.params().index_of(info.name));
+    for (int64_t e = 0; e < info.numel; ++e) ASSERT_EQ(x[e], y[e]) << info.name;
+  }
+  // Spot-check the formula: element e of a matrix is std * normal(Philox(seed, hash(name)), e).
+  const std::string name = "layers.1.attn.q.weight";
+  const CounterRng rng(42, hash_name(name));
+  const float* q = p.param(p.index_of(name));
+  for (int64_t e : {0, 7, 500})
+    EXPECT_EQ(q[e], static_cast<float>(0.02f * rng.normal(static_cast<uint64_t>(e))));
+  const float* proj = p.param(p.index_of(GetParam() == ModelFamily::gpt2 ? "layers.0.mlp.proj.weight"
+                                                                        : "layers.0.mlp.down.weight"));
+  double s2 = 0;
+  const int64_t n = p.info(p.index_of(GetParam() == ModelFamily::gpt2 ? "layers.0.mlp.proj.weight"
+                                                                       : "layers.0.mlp.down.weight"))
+                        .numel;
+  for (int64_t e = 0; e < n; ++e) s2 += static_cast<double>(proj[e]) * proj[e];
+  EXPECT_NEAR(std::sqrt(s2 / n), 0.02 / std::sqrt(4.0), 0.002) << "residual projections scaled";
+  a.init(43);
+  EXPECT_NE(a.params().param(0)[0], b.params().param(0)[0]);
+}
+
+TEST_P(DecoderFamilies, ShorterSequencesGiveThePrefixLogits) {
+  // Causality: the logits of the first t positions do not depend on later tokens.
+  Arena arena;
+  Decoder model(tiny(GetParam()), arena, 1, 8);
+  model.init(3);
+  std::vector<int32_t> tokens = {5, 9, 2, 77, 31, 0, 96, 4};
+  model.forward(tokens.data(), nullptr, 1, 8);
+  std::vector<float> full(model.logits(), model.logits() + 5 * 97);
+  model.forward(tokens.data(), nullptr, 1, 5);
+  for (size_t i = 0; i < full.size(); ++i) ASSERT_NEAR(model.logits()[i], full[i], 1e-5) << i;
+}
+
+TEST_P(DecoderFamilies, SeededSamplingIsDeterministic) {
+  Arena arena;
+  Decoder model(tiny(GetParam()), arena, 1, 16);
+  model.init(5);
+  SampleOptions opt;
+  opt.max_new_tokens = 20;
+  opt.temperature = 0.7f;
+  opt.seed = 9;
+  const auto a = generate(model, {1, 2, 3}, opt);
+  const auto b = generate(model, {1, 2, 3}, opt);
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(a.size(), 23u);
+  for (int32_t t : a) EXPECT_TRUE(t >= 0 && t < 97);
+}
+
+TEST(Decoder, BadShapesAreClearErrors) {
+  ModelConfig c = tiny(ModelFamily::gpt2);
+  c.n_head = 5;
+  Arena arena;
+  try {
+    Decoder model(c, arena, 1, 8);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("model.n_head"), std::string::npos) << e.what();
+  }
+  c = tiny(ModelFamily::gpt2);
+  try {
+    Decoder model(c, arena, 1, 64);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("max_seq_len"), std::string::npos) << e.what();
+  }
+  Decoder model(tiny(ModelFamily::gpt2), arena, 1, 8);
+  std::vector<int32_t> bad = {1, 2, 97};
+  EXPECT_THROW(model.forward(bad.data(), nullptr, 1, 3), Error);
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, DecoderFamilies,
+                         ::testing::Values(ModelFamily::gpt2, ModelFamily::llama),
+                         [](const auto& param_info) { return std::string(family_name(param_info.param)); });
+
+}  // namespace
+}  // namespace strata
