@@ -97,7 +97,7 @@ class Decoder(nn.Module):
         self.a = a
         self.embed = nn.Embedding(a.vocab, a.d_model)
         if a.family == "gpt2":
-            self.pos_embed = nn.Embedding(a.seq_len, a.d_model)
+            self.pos_embed = nn.Embedding(getattr(a, "max_seq_len", a.seq_len), a.d_model)
         self.layers = nn.ModuleList(Block(a) for _ in range(a.n_layer))
         self.final_norm = nn.LayerNorm(a.d_model, eps=1e-5) if a.family == "gpt2" else RMSNorm(a.d_model, 1e-5)
         self.head = None if a.family == "gpt2" else nn.Linear(a.d_model, a.vocab, bias=False)
@@ -137,6 +137,7 @@ def main():
     ap.add_argument("--d-ff", type=int, default=0, help="0: 4C (gpt2), swiglu_hidden(C) (llama)")
     ap.add_argument("--vocab", type=int, default=8192)
     ap.add_argument("--seq-len", type=int, default=256)
+    ap.add_argument("--max-seq-len", type=int, default=0, help="position table rows; 0: --seq-len")
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--steps", type=int, default=20, help="total steps, warmup included")
     ap.add_argument("--warmup-steps", type=int, default=3)
@@ -147,6 +148,7 @@ def main():
     ap.add_argument("--verbose", action="store_true", help="print every step to stderr")
     a = ap.parse_args()
     a.n_kv_head = a.n_kv_head or a.n_head
+    a.max_seq_len = max(a.max_seq_len, a.seq_len)
     a.d_ff = a.d_ff or (4 * a.d_model if a.family == "gpt2" else swiglu_hidden(a.d_model))
     if a.steps <= a.warmup_steps:
         ap.error("--steps must exceed --warmup-steps")

@@ -26,10 +26,10 @@ OPENBLAS_OMP_DIR=/usr/lib/x86_64-linux-gnu/openblas-openmp
 
 case "$NAME" in
   tiny)
-    TORCH_ARGS=(--family gpt2 --n-layer 4 --n-head 4 --d-model 256 --vocab 8192 --seq-len 256 --batch 8)
+    TORCH_ARGS=(--family gpt2 --n-layer 4 --n-head 4 --d-model 256 --vocab 8192 --seq-len 256 --max-seq-len 256 --batch 8)
     STEPS=${STEPS:-20} ;;
   gpt2-124m)
-    TORCH_ARGS=(--family gpt2 --n-layer 12 --n-head 12 --d-model 768 --vocab 50304 --seq-len 256 --batch 4)
+    TORCH_ARGS=(--family gpt2 --n-layer 12 --n-head 12 --d-model 768 --vocab 50304 --seq-len 256 --max-seq-len 1024 --batch 4)
     STEPS=${STEPS:-8} ;;
   *)
     echo "usage: $0 tiny|gpt2-124m [STEPS]" >&2

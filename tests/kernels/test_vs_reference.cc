@@ -142,6 +142,10 @@ TEST(VsReference, SwiGlu) {
   swiglu_backward(dgu.data(), gu.data(), dy.data(), n, f);
   EXPECT_TRUE(close(y, wy, kTol));
   EXPECT_TRUE(close(dgu, wdgu, kTol));
+  // In place (dgate_up = gate_up) gives the same result: each element is read before written.
+  Vec inplace = gu;
+  swiglu_backward(inplace.data(), inplace.data(), dy.data(), n, f);
+  EXPECT_EQ(inplace, dgu);
 }
 
 TEST(VsReference, Rope) {

@@ -1,6 +1,6 @@
 // GEMM: every matrix product of the model (linear layers, tied LM head) goes through gemm().
 // Backends are oneDNN's dnnl_sgemm and its matmul primitive; bench/bench_gemm.cc measures both
-// (and OpenBLAS) on the training shapes, and kGemmBackend below records the winner.
+// (and OpenBLAS) on the training shapes, and use_matmul_primitive() below records the outcome.
 #include <cstring>
 #include <dnnl.hpp>
 #include <list>
@@ -15,9 +15,14 @@ namespace strata::kernels {
 
 namespace {
 
-// The dispatch choice; see the measurement table in bench/bench_gemm.cc.
-enum class Backend { sgemm, matmul };
-constexpr Backend kGemmBackend = Backend::matmul;
+// Dispatch, from bench/bench_gemm.cc on the training shapes (2 cores, Zen 4): dnnl_sgemm is the
+// fastest or tied on every shape and transpose but one family, and clearly so where the matmul
+// primitive is weak (dx = dy w with a large k: 213 vs 156-166 GFLOP/s). The exception is
+// x w^T (N,T) with a long inner dimension, k >= 2n (the MLP down projection 3072 -> 768 at
+// 1024 rows: 162-173 vs 193-212 GFLOP/s), where the matmul primitive parallelises better.
+bool use_matmul_primitive(bool trans_a, bool trans_b, int64_t n, int64_t k) {
+  return !trans_a && trans_b && k >= 2 * n;
+}
 
 void check_args(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, int64_t lda,
                 int64_t ldb, int64_t ldc) {
@@ -64,17 +69,26 @@ class MatmulCache {
  public:
   static constexpr size_t kCapacity = 128;
 
-  MatmulCache() : engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {}
+  MatmulCache() : engine_(dnnl::engine::kind::cpu, 0) {}
 
   void run(const Key& key, const float* a, const float* b, float* c) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    Entry& e = lookup(key);
+    dnnl::matmul::primitive_desc pd;
+    dnnl::matmul prim;
+    {
+      // Only the lookup is serialised; primitives are shared handles and may execute
+      // concurrently (oneDNN is built with DNNL_ENABLE_CONCURRENT_EXEC).
+      std::lock_guard<std::mutex> lock(mutex_);
+      const Entry& e = lookup(key);
+      pd = e.pd;
+      prim = e.prim;
+    }
+    thread_local dnnl::stream stream(engine_);
     // Plain-layout memories wrapping the caller's pointers: no copies, no reorders.
-    dnnl::memory ma(e.pd.src_desc(), engine_, const_cast<float*>(a));
-    dnnl::memory mb(e.pd.weights_desc(), engine_, const_cast<float*>(b));
-    dnnl::memory mc(e.pd.dst_desc(), engine_, c);
-    e.prim.execute(stream_, {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}});
-    stream_.wait();
+    dnnl::memory ma(pd.src_desc(), engine_, const_cast<float*>(a));
+    dnnl::memory mb(pd.weights_desc(), engine_, const_cast<float*>(b));
+    dnnl::memory mc(pd.dst_desc(), engine_, c);
+    prim.execute(stream, {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}});
+    stream.wait();
   }
 
  private:
@@ -118,7 +132,6 @@ class MatmulCache {
 
   std::mutex mutex_;
   dnnl::engine engine_;
-  dnnl::stream stream_;
   std::list<Entry> lru_;
   std::unordered_map<Key, std::list<Entry>::iterator, KeyHash> index_;
 };
@@ -160,7 +173,7 @@ void gemm_dnnl_matmul(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
 
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  if constexpr (kGemmBackend == Backend::matmul) {
+  if (use_matmul_primitive(trans_a, trans_b, n, k)) {
     detail::gemm_dnnl_matmul(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   } else {
     detail::gemm_dnnl_sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
