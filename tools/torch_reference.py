@@ -210,14 +210,21 @@ def run_reference(cfg, init, batches, max_norm):
     rec = {"steps": []}
     for s, (inp, tgt) in enumerate(batches):
         opt.zero_grad(set_to_none=True)
+        params_before = {n: p[n].detach().clone() for n in names}
         logits = forward_ref(p, torch.from_numpy(inp), cfg)
         loss = loss_ref(logits, torch.from_numpy(tgt))
         loss.backward()
         grads = {n: p[n].grad.detach().clone() for n in names}
         norm = torch.nn.utils.clip_grad_norm_([p[n] for n in names], max_norm)
         rec["steps"].append({"loss": loss.item(), "grad_norm": norm.item(), "grads": grads,
+                             "params": params_before,
                              "logits": logits.detach().clone() if s == 0 else None})
         opt.step()
+        # Keep the parameters exactly representable in float32 (the moments stay float64), so
+        # that an f32 engine can start any step from exactly the parameters this step used.
+        with torch.no_grad():
+            for n in names:
+                p[n].copy_(p[n].float().double())
     rec["final"] = {n: p[n].detach().clone() for n in names}
     return rec
 
@@ -303,6 +310,7 @@ def adamw_manual(params, grads_per_step, max_norm, dtype):
             v2[n] = b2 * v2[n] + (1.0 - b2) * g * g
             denom = (v2[n].sqrt() / math.sqrt(1.0 - b2 ** t)) + eps
             p[n] = p[n] - (lr / (1.0 - b1 ** t)) * m[n] / denom
+            p[n] = p[n].float().to(dtype)  # as run_reference: parameters stay f32-representable
     return p
 
 
@@ -429,6 +437,9 @@ def build(name):
         tensors["step%d.grad_norm" % s] = np.array([st["grad_norm"]], dtype=np.float32)
         for n, g in st["grads"].items():
             tensors["step%d.grad.%s" % (s, n)] = f32(g)
+        if s > 0:
+            for n, v in st["params"].items():
+                tensors["step%d.params.%s" % (s, n)] = f32(v)
     tensors["step0.logits"] = f32(rec["steps"][0]["logits"])
     for n, v in rec["final"].items():
         tensors["final." + n] = f32(v)
