@@ -4,7 +4,7 @@
 Usage: python3 tests/io/check_safetensors_python.py build/tests/strata_test_io
 Needs `pip install safetensors numpy`. Python writes a file that strata reads (and checks
 inside the SafetensorsInterop test), then strata writes one that Python reads and checks here.
-Not part of ctest because the Python packages are optional.
+Registered in ctest (tests/CMakeLists.txt); scripts/install_deps.sh installs the packages.
 """
 import os
 import subprocess
