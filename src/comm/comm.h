@@ -1,0 +1,98 @@
+// Comm: collective and point-to-point communication within one process group. The MPI backend
+// (CPU, multi-node) implements it today; an NCCL backend joins it for GPUs.
+//
+// Every operation is asynchronous: it returns a Work handle at once, and a background progress
+// engine (a communication thread: Open MPI makes no progress on its own) moves it forward while
+// the caller computes. Every wait has a timeout; when it fires, the error names the operation, the
+// group, the peer ranks (as world ranks), the training step and the bytes, and the process ends
+// with a non-zero exit status so that the supervisor can restart the job.
+//
+// Buffers are raw pointers with an element count and a dtype; all_reduce works in place.
+// The caller keeps buffers alive and untouched until the Work completes.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+
+namespace strata {
+
+enum class ReduceOp : uint8_t { sum, avg, max };
+
+enum class CommOp : uint8_t {
+  all_reduce,
+  reduce_scatter,
+  all_gather,
+  broadcast,
+  send,
+  recv,
+  barrier
+};
+constexpr int kNumCommOps = 7;
+const char* comm_op_name(CommOp op);
+
+// Counted per operation kind, for metrics and the profiler.
+struct CommOpStats {
+  int64_t calls = 0;
+  int64_t bytes = 0;       // bytes this rank contributed (send side)
+  double seconds = 0;      // from issue to completion, as the progress engine saw it
+  double wait_seconds = 0; // time callers spent blocked in wait(): exposed communication
+};
+struct CommStats {
+  std::array<CommOpStats, kNumCommOps> ops{};
+  const CommOpStats& operator[](CommOp op) const { return ops[static_cast<int>(op)]; }
+  int64_t total_bytes() const;
+  double total_wait_seconds() const;
+};
+
+class Work {
+ public:
+  virtual ~Work() = default;
+  // True when the operation has completed (never blocks).
+  virtual bool test() = 0;
+  // Blocks until completion or the group's timeout; on timeout, reports and ends the process
+  // (see above). Safe to call more than once.
+  virtual void wait() = 0;
+};
+using WorkHandle = std::shared_ptr<Work>;
+
+class Comm {
+ public:
+  virtual ~Comm() = default;
+
+  virtual int rank() const = 0;                 // rank within this group
+  virtual int size() const = 0;                 // ranks in this group
+  virtual const std::string& name() const = 0;  // "world", "dp", "tp", "pp", ...
+  virtual int world_rank_of(int group_rank) const = 0;
+
+  // In place: buf holds count elements on every rank; afterwards the reduction over ranks.
+  virtual WorkHandle all_reduce(void* buf, int64_t count, DType dtype, ReduceOp op) = 0;
+  // send holds size() * recv_count elements; rank r receives the reduction of block r.
+  virtual WorkHandle reduce_scatter(const void* send, void* recv, int64_t recv_count, DType dtype,
+                                    ReduceOp op) = 0;
+  // recv receives size() * send_count elements: block r is rank r's send buffer. send may alias
+  // recv's own block (in place).
+  virtual WorkHandle all_gather(const void* send, void* recv, int64_t send_count, DType dtype) = 0;
+  virtual WorkHandle broadcast(void* buf, int64_t count, DType dtype, int root) = 0;
+  virtual WorkHandle send(const void* buf, int64_t count, DType dtype, int peer, int tag) = 0;
+  virtual WorkHandle recv(void* buf, int64_t count, DType dtype, int peer, int tag) = 0;
+  virtual void barrier() = 0;  // blocking, with the timeout
+
+  // Context for timeout messages, and the timeout itself (seconds; applies to later waits).
+  virtual void set_step(int64_t step) = 0;
+  virtual void set_timeout(double seconds) = 0;
+
+  virtual CommStats stats() const = 0;
+  virtual void reset_stats() = 0;
+};
+
+// Convenience: issue and wait.
+inline void wait_all(const std::vector<WorkHandle>& works) {
+  for (const WorkHandle& w : works)
+    if (w) w->wait();
+}
+
+}  // namespace strata
