@@ -34,10 +34,16 @@ enum class CommOp : uint8_t {
 constexpr int kNumCommOps = 7;
 const char* comm_op_name(CommOp op);
 
+// Exit status of a process that a communication timeout ended (the same as coreutils' timeout),
+// so that a supervisor can tell a hung or dead peer from a crash.
+constexpr int kCommTimeoutExit = 124;
+
 // Counted per operation kind, for metrics and the profiler.
 struct CommOpStats {
   int64_t calls = 0;
-  int64_t bytes = 0;       // bytes this rank contributed (send side)
+  // Bytes this rank contributed (send side): all_reduce and broadcast their buffer,
+  // reduce_scatter its whole input, all_gather its own block, send and recv the message.
+  int64_t bytes = 0;
   double seconds = 0;      // from issue to completion, as the progress engine saw it
   double wait_seconds = 0; // time callers spent blocked in wait(): exposed communication
 };
@@ -46,6 +52,10 @@ struct CommStats {
   const CommOpStats& operator[](CommOp op) const { return ops[static_cast<int>(op)]; }
   int64_t total_bytes() const;
   double total_wait_seconds() const;
+  // Sums another set in (e.g. the stats of every group of a process).
+  CommStats& operator+=(const CommStats& other);
+  // One line for logs: "all_reduce 12 calls 48.0 MB 0.031 s (wait 0.004 s), ..." (used kinds).
+  std::string summary() const;
 };
 
 class Work {

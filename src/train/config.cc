@@ -78,6 +78,13 @@ const Field kFields[] = {
     STRATA_FIELD(run, dir),
     STRATA_FIELD(run, resume),
     STRATA_FIELD(system, threads),
+    STRATA_FIELD(parallel, tp),
+    STRATA_FIELD(parallel, pp),
+    STRATA_FIELD(parallel, dp),
+    STRATA_FIELD(parallel, zero),
+    STRATA_FIELD(parallel, bucket_mb),
+    STRATA_FIELD(parallel, overlap),
+    STRATA_FIELD(parallel, comm_timeout_s),
     STRATA_FIELD(system, memory_limit_mb),
     STRATA_FIELD(sample, prompt),
     STRATA_FIELD(sample, max_new_tokens),
@@ -88,7 +95,7 @@ const Field kFields[] = {
 #undef STRATA_FIELD
 
 const char* const kSections[] = {"model",        "train", "optim",  "data",
-                                 "data.filters", "run",   "system", "sample"};
+                                 "data.filters", "run",   "system", "parallel", "sample"};
 
 const Field* find_field(const std::string& key) {
   for (const Field& f : kFields)
@@ -444,6 +451,15 @@ void validate(RunConfig& c, const std::string& where) {
         c.system.threads);
   check(c.system.memory_limit_mb >= 0, where,
         "system.memory_limit_mb: must be 0 (no limit) or more, got ", c.system.memory_limit_mb);
+  const ParallelConfig& p = c.parallel;
+  check(p.tp >= 1, where, "parallel.tp: must be at least 1, got ", p.tp);
+  check(p.pp >= 1, where, "parallel.pp: must be at least 1, got ", p.pp);
+  check(p.dp >= 0, where, "parallel.dp: must be 0 (derived from the world size) or more, got ", p.dp);
+  check(p.zero >= 0 && p.zero <= 3, where, "parallel.zero: ZeRO stage must be 0, 1, 2 or 3, got ",
+        p.zero);
+  check(p.bucket_mb > 0, where, "parallel.bucket_mb: must be positive, got ", p.bucket_mb);
+  check(p.comm_timeout_s > 0, where, "parallel.comm_timeout_s: must be positive, got ",
+        p.comm_timeout_s);
   check(c.sample.max_new_tokens >= 0, where, "sample.max_new_tokens: must be 0 or more, got ",
         c.sample.max_new_tokens);
   check(c.sample.temperature >= 0, where, "sample.temperature: must be 0 (greedy) or more, got ",

@@ -39,6 +39,18 @@ struct SystemConfig {
   int64_t memory_limit_mb = 0;   // 0: no limit; otherwise the arena enforces it
 };
 
+// [parallel]: how ranks are arranged (Megatron order: tp fastest, then dp, then pp) and how
+// gradients are synchronised across data-parallel ranks.
+struct ParallelConfig {
+  int64_t tp = 1;                // tensor-parallel size
+  int64_t pp = 1;                // pipeline-parallel size
+  int64_t dp = 0;                // data-parallel size; 0 derives it from the world size
+  int64_t zero = 0;              // ZeRO stage: 0 (DDP), 1 (optimizer state), 2 (+ gradients), 3 (+ parameters)
+  double bucket_mb = 25;         // gradient bucket size for the overlapped reduction
+  bool overlap = true;           // start each bucket's reduction as soon as backward fills it
+  double comm_timeout_s = 300;   // every wait on a collective ends after this, naming the op
+};
+
 struct SampleConfig {
   std::string prompt = "";
   int64_t max_new_tokens = 0;    // 0: no sample at the end of training
@@ -53,6 +65,7 @@ struct RunConfig {
   DataConfig data;
   RunDirConfig run;
   SystemConfig system;
+  ParallelConfig parallel;
   SampleConfig sample;
 };
 

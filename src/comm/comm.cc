@@ -1,0 +1,64 @@
+#include "comm/comm.h"
+
+#include <cstdio>
+
+namespace strata {
+
+const char* comm_op_name(CommOp op) {
+  switch (op) {
+    case CommOp::all_reduce:
+      return "all_reduce";
+    case CommOp::reduce_scatter:
+      return "reduce_scatter";
+    case CommOp::all_gather:
+      return "all_gather";
+    case CommOp::broadcast:
+      return "broadcast";
+    case CommOp::send:
+      return "send";
+    case CommOp::recv:
+      return "recv";
+    case CommOp::barrier:
+      return "barrier";
+  }
+  return "?";
+}
+
+int64_t CommStats::total_bytes() const {
+  int64_t total = 0;
+  for (const CommOpStats& s : ops) total += s.bytes;
+  return total;
+}
+
+double CommStats::total_wait_seconds() const {
+  double total = 0;
+  for (const CommOpStats& s : ops) total += s.wait_seconds;
+  return total;
+}
+
+CommStats& CommStats::operator+=(const CommStats& other) {
+  for (int i = 0; i < kNumCommOps; ++i) {
+    ops[i].calls += other.ops[i].calls;
+    ops[i].bytes += other.ops[i].bytes;
+    ops[i].seconds += other.ops[i].seconds;
+    ops[i].wait_seconds += other.ops[i].wait_seconds;
+  }
+  return *this;
+}
+
+std::string CommStats::summary() const {
+  std::string out;
+  for (int i = 0; i < kNumCommOps; ++i) {
+    const CommOpStats& s = ops[i];
+    if (s.calls == 0) continue;
+    char line[160];
+    std::snprintf(line, sizeof line, "%s%s %lld calls %.1f MB %.3f s (wait %.3f s)",
+                  out.empty() ? "" : ", ", comm_op_name(static_cast<CommOp>(i)),
+                  static_cast<long long>(s.calls), static_cast<double>(s.bytes) / 1e6, s.seconds,
+                  s.wait_seconds);
+    out += line;
+  }
+  return out.empty() ? "no communication" : out;
+}
+
+}  // namespace strata
