@@ -171,13 +171,23 @@ double Decoder::forward(const int32_t* inputs, const int32_t* targets, int64_t b
   last_b_ = b;
   last_t_ = t;
 
+  hooks_->acquire_params(0);
   k::embedding_forward(a.embed_out, a.inputs, params_.param(embed_),
                        pos_embed_ >= 0 ? params_.param(pos_embed_) : nullptr, b, t, c);
-  for (int layer = 0; layer < cfg.n_layer; ++layer) block_forward(layer, a, b, t);
+  hooks_->release_params(0);
+  for (int layer = 0; layer < cfg.n_layer; ++layer) {
+    hooks_->acquire_params(layer + 1);
+    block_forward(layer, a, b, t);
+    hooks_->release_params(layer + 1);
+  }
   const float* x = a.layers.back().resid_out;
+  hooks_->acquire_params(final_group());
   norm_forward(cfg, a.final_norm, a.final_mean, a.final_rstd, x, params_.param(final_norm_w_),
                final_norm_b_ >= 0 ? params_.param(final_norm_b_) : nullptr, n);
+  if (cfg.tie_embeddings) hooks_->acquire_params(0);
   k::linear_forward(a.logits, a.final_norm, head_weight(), nullptr, n, c, v);
+  if (cfg.tie_embeddings) hooks_->release_params(0);
+  hooks_->release_params(final_group());
   if (!targets) return 0.0;
   int64_t valid = 0;
   for (int64_t i = 0; i < n; ++i) valid += targets[i] >= 0;
@@ -196,6 +206,7 @@ void Decoder::block_backward(int layer, ActivationStore& a, int64_t b, int64_t t
   const float* x = layer == 0 ? a.embed_out : a.layers[layer - 1].resid_out;
   auto P = [&](int idx) { return idx < 0 ? nullptr : params_.param(idx); };
   auto G = [&](int idx) { return idx < 0 ? nullptr : params_.grad(idx); };
+  // (Group pointers are looked up at each use: a hook may have bound the group to a buffer.)
 
   // s.dresid holds dL/d(block output); the residual path passes it through unchanged.
   if (cfg.family == ModelFamily::gpt2) {
@@ -224,17 +235,47 @@ void Decoder::backward(ActivationStore& a, float grad_scale) {
   (void)grad_scale;  // already applied to dlogits by the fused loss
   const ModelConfig& cfg = config_;
   const int64_t b = last_b_, t = last_t_, n = b * t, c = cfg.d_model, v = cfg.vocab_size;
+  const bool tied = cfg.tie_embeddings;
   GradScratch& s = scratch_;
-  k::linear_backward(s.dnorm, head_grad(), nullptr, a.logits, a.final_norm, head_weight(), n, c, v);
+  const int last = final_group();
+
+  // Final group: the head (its weight gradient too when untied) and the final norm.
+  hooks_->acquire_params(last);
+  hooks_->begin_grads(last);
+  if (tied) hooks_->acquire_params(0);
+  // A tied head's weight gradient belongs to the embedding group: it is computed at the end of
+  // backward (dlogits stay in a.logits), so that every group's gradients complete at one time.
+  if (tied)  // dx only: dnorm[n, c] = dlogits[n, v] * W[v, c]
+    k::gemm(false, false, n, c, v, 1.0f, a.logits, v, head_weight(), c, 0.0f, s.dnorm, c);
+  else
+    k::linear_backward(s.dnorm, head_grad(), nullptr, a.logits, a.final_norm, head_weight(), n, c, v);
+  if (tied) hooks_->release_params(0);
   std::memset(s.dresid, 0, static_cast<size_t>(n * c) * sizeof(float));
   norm_backward(cfg, s.dresid, params_.grad(final_norm_w_),
                 final_norm_b_ >= 0 ? params_.grad(final_norm_b_) : nullptr, s.dnorm,
                 a.layers.back().resid_out, params_.param(final_norm_w_), a.final_mean,
                 a.final_rstd, n);
-  for (int layer = static_cast<int>(cfg.n_layer) - 1; layer >= 0; --layer)
+  hooks_->end_grads(last);
+  hooks_->release_params(last);
+
+  for (int layer = static_cast<int>(cfg.n_layer) - 1; layer >= 0; --layer) {
+    hooks_->acquire_params(layer + 1);
+    hooks_->begin_grads(layer + 1);
     block_backward(layer, a, b, t);
+    hooks_->end_grads(layer + 1);
+    hooks_->release_params(layer + 1);
+  }
+
+  hooks_->acquire_params(0);
+  hooks_->begin_grads(0);
   k::embedding_backward(params_.grad(embed_), pos_embed_ >= 0 ? params_.grad(pos_embed_) : nullptr,
                         s.dresid, a.inputs, b, t, c);
+  if (tied) {
+    // dW_head[v, c] += dlogits^T[v, n] * final_norm[n, c]
+    k::gemm(true, false, v, c, n, 1.0f, a.logits, v, a.final_norm, c, 1.0f, params_.grad(embed_), c);
+  }
+  hooks_->end_grads(0);
+  hooks_->release_params(0);
 }
 
 double Decoder::forward_backward(const int32_t* inputs, const int32_t* targets, float grad_scale,

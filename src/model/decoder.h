@@ -10,6 +10,7 @@
 #include "core/arena.h"
 #include "model/activations.h"
 #include "model/config.h"
+#include "model/group_hooks.h"
 #include "model/params.h"
 
 namespace strata {
@@ -49,6 +50,11 @@ class Decoder {
   int64_t batch() const { return batch_; }
   int64_t seq_len() const { return seq_len_; }
 
+  // Parameter groups: 0 is the embedding, 1..n_layer the blocks, n_layer + 1 the final norm and
+  // (untied) head. Hooks see every use of a group; the Decoder does not own them.
+  void set_hooks(GroupHooks* hooks) { hooks_ = hooks ? hooks : &no_hooks_; }
+  int final_group() const { return static_cast<int>(config_.n_layer) + 1; }
+
   // FLOPs of one training token (6N + 12·L·C·T, N excluding position embeddings), for MFU.
   double train_flops_per_token() const;
 
@@ -68,6 +74,8 @@ class Decoder {
   std::vector<BlockParams> blocks_;
   std::vector<std::unique_ptr<ActivationStore>> acts_;
   GradScratch scratch_;
+  GroupHooks no_hooks_;
+  GroupHooks* hooks_ = &no_hooks_;
   int64_t last_b_ = 0, last_t_ = 0;
 };
 

@@ -27,12 +27,19 @@ struct ParamInfo {
   bool weight_decay = false;  // matrices decay; norms, biases and other 1-D params do not
 };
 
+// Parameters and gradients are reached through per-group base pointers, so that a sharding
+// strategy (ZeRO-2/3) can bind a group to a gathered or staging buffer while it is in use; by
+// default every group points into the resident flat buffers.
 class ParamStore {
  public:
   // Registers a parameter; returns its index. Call before allocate().
   int add(const std::string& name, std::initializer_list<int64_t> shape, int group);
-  // Assigns offsets and allocates the parameter and gradient buffers.
-  void allocate(Arena& arena);
+  // Assigns offsets (the flat buffers are padded to a multiple of `pad_to` elements) and
+  // allocates the resident parameter and gradient buffers that are asked for; a strategy that
+  // shards them (ZeRO-3 parameters, ZeRO-2/3 gradients) binds groups to its own buffers.
+  void allocate(Arena& arena, bool resident_params = true, bool resident_grads = true);
+  // Offsets only, without allocating (for planning and sharding strategies).
+  void plan_layout();
 
   int64_t size() const { return total_; }
   int count() const { return static_cast<int>(params_.size()); }
@@ -41,10 +48,26 @@ class ParamStore {
   int index_of(const std::string& name) const;  // throws naming the parameter when missing
   bool has(const std::string& name) const { return by_name_.count(name) != 0; }
 
-  float* param(int index) const { return data_ + params_[index].offset; }
-  float* grad(int index) const { return grad_ + params_[index].offset; }
+  float* param(int index) const {
+    const ParamInfo& p = params_[index];
+    return group_params_[p.group] + (p.offset - group_offset_[p.group]);
+  }
+  float* grad(int index) const {
+    const ParamInfo& p = params_[index];
+    return group_grads_[p.group] + (p.offset - group_offset_[p.group]);
+  }
+  // The resident flat buffers (null when not allocated).
   float* data() const { return data_; }
   float* grads() const { return grad_; }
+
+  // Groups: contiguous ranges of the flat layout, group g at [group_offset(g), + group_size(g)).
+  int num_groups() const { return static_cast<int>(group_offset_.size()); }
+  int64_t group_offset(int g) const { return group_offset_[g]; }
+  int64_t group_size(int g) const { return group_size_[g]; }
+  // Points group g's parameters and/or gradients at other storage (null leaves one unchanged).
+  void bind_group(int g, float* params, float* grads);
+  float* group_params(int g) const { return group_params_[g]; }
+  float* group_grads(int g) const { return group_grads_[g]; }
   Tensor param_tensor(int index) const;
 
   void zero_grads();
@@ -55,6 +78,9 @@ class ParamStore {
   int64_t total_ = 0;
   float* data_ = nullptr;
   float* grad_ = nullptr;
+  std::vector<int64_t> group_offset_, group_size_;
+  std::vector<float*> group_params_, group_grads_;
+  bool planned_ = false;
 };
 
 }  // namespace strata
