@@ -12,12 +12,13 @@ namespace strata {
 namespace k = kernels;
 
 Decoder::Decoder(const ModelConfig& config, Arena& arena, int64_t batch, int64_t seq_len,
-                 int slots)
+                 int slots, const std::function<void(ParamStore&)>& plan)
     : config_(config), arena_(arena), batch_(batch), seq_len_(seq_len) {
   config_.finalize();
   STRATA_CHECK(seq_len <= config_.max_seq_len, "train.seq_len = ", seq_len,
                " exceeds model.max_seq_len = ", config_.max_seq_len);
   register_params();
+  if (plan) plan(params_);
   params_.allocate(arena);
   for (int s = 0; s < slots; ++s)
     acts_.push_back(std::make_unique<ActivationStore>(config_, arena, batch, seq_len));
@@ -75,28 +76,32 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 }
 }  // namespace
 
-void Decoder::init(uint64_t seed) {
+void init_param_elements(const ModelConfig& config, const ParamInfo& info, uint64_t seed,
+                         int64_t begin, int64_t count, float* out) {
   // GPT-2's scheme: N(0, std) for matrices, residual projections scaled by 1/sqrt(2L), zero
   // biases, unit norm weights. Each element comes from (seed, name, index) only.
-  const float residual_std = config_.init_std / std::sqrt(2.0f * static_cast<float>(config_.n_layer));
-  for (const ParamInfo& info : params_.all()) {
-    float* w = params_.param(params_.index_of(info.name));
-    if (ends_with(info.name, "norm.weight")) {
-      for (int64_t i = 0; i < info.numel; ++i) w[i] = 1.0f;
-      continue;
-    }
-    if (ends_with(info.name, ".bias")) {
-      std::memset(w, 0, static_cast<size_t>(info.numel) * sizeof(float));
-      continue;
-    }
-    const bool residual = ends_with(info.name, "attn.o.weight") ||
-                          ends_with(info.name, "mlp.proj.weight") ||
-                          ends_with(info.name, "mlp.down.weight");
-    const float std = residual ? residual_std : config_.init_std;
-    const CounterRng rng(seed, hash_name(info.name));
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < info.numel; ++i) w[i] = static_cast<float>(std * rng.normal(i));
+  if (ends_with(info.name, "norm.weight")) {
+    std::fill(out, out + count, 1.0f);
+    return;
   }
+  if (ends_with(info.name, ".bias")) {
+    std::fill(out, out + count, 0.0f);
+    return;
+  }
+  const bool residual = ends_with(info.name, "attn.o.weight") ||
+                        ends_with(info.name, "mlp.proj.weight") ||
+                        ends_with(info.name, "mlp.down.weight");
+  const float std = residual ? config.init_std / std::sqrt(2.0f * static_cast<float>(config.n_layer))
+                             : config.init_std;
+  const CounterRng rng(seed, hash_name(info.name));
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < count; ++i)
+    out[i] = static_cast<float>(std * rng.normal(static_cast<uint64_t>(begin + i)));
+}
+
+void Decoder::init(uint64_t seed) {
+  for (int i = 0; i < params_.count(); ++i)
+    init_param_elements(config_, params_.info(i), seed, 0, params_.info(i).numel, params_.param(i));
 }
 
 const float* Decoder::head_weight() const {

@@ -4,6 +4,7 @@
 // allocates nothing.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -25,11 +26,19 @@ struct BlockParams {
   int gate_w = -1, up_w = -1, down_w = -1;             // llama
 };
 
+// Initial values of elements [begin, begin + count) of one parameter: a function of the seed, the
+// parameter's global name and the element index only (DESIGN invariant 1), so a rank holding a
+// slice can initialise just its slice.
+void init_param_elements(const ModelConfig& config, const ParamInfo& info, uint64_t seed,
+                         int64_t begin, int64_t count, float* out);
+
 class Decoder {
  public:
   // Allocates parameters, gradients and `slots` activation slots for micro-batches of
-  // (batch, seq_len) tokens.
-  Decoder(const ModelConfig& config, Arena& arena, int64_t batch, int64_t seq_len, int slots = 1);
+  // (batch, seq_len) tokens. `plan` (optional) sees the registered parameters before anything
+  // is allocated: a sharding strategy sets padding and residency there.
+  Decoder(const ModelConfig& config, Arena& arena, int64_t batch, int64_t seq_len, int slots = 1,
+          const std::function<void(ParamStore&)>& plan = nullptr);
 
   // Initialises every parameter from (seed, global name, element index) only.
   void init(uint64_t seed);

@@ -38,22 +38,44 @@ void ParamStore::plan_layout() {
   group_offset_.assign(static_cast<size_t>(groups), 0);
   group_size_.assign(static_cast<size_t>(groups), 0);
   total_ = 0;
+  int previous = -1;
   for (int idx : order) {
     ParamInfo& p = params_[idx];
-    if (group_size_[p.group] == 0) group_offset_[p.group] = total_;
+    if (p.group != previous) {
+      if (previous >= 0 && previous < static_cast<int>(group_padding_.size()))
+        total_ += group_padding_[previous];
+      group_offset_[p.group] = total_;
+      previous = p.group;
+    }
     p.offset = total_;
     group_size_[p.group] += p.numel;
     total_ += p.numel;
   }
+  if (previous >= 0 && previous < static_cast<int>(group_padding_.size()))
+    total_ += group_padding_[previous];
   group_params_.assign(static_cast<size_t>(groups), nullptr);
   group_grads_.assign(static_cast<size_t>(groups), nullptr);
   planned_ = true;
 }
 
-void ParamStore::allocate(Arena& arena, bool resident_params, bool resident_grads) {
+void ParamStore::set_group_padding(int g, int64_t elements) {
+  STRATA_CHECK(!planned_, "ParamStore: padding set after the layout was planned");
+  if (g >= static_cast<int>(group_padding_.size())) group_padding_.resize(static_cast<size_t>(g) + 1, 0);
+  group_padding_[g] = elements;
+}
+
+std::vector<int64_t> ParamStore::group_sizes() const {
+  int groups = 0;
+  for (const ParamInfo& p : params_) groups = std::max(groups, p.group + 1);
+  std::vector<int64_t> sizes(static_cast<size_t>(groups), 0);
+  for (const ParamInfo& p : params_) sizes[p.group] += p.numel;
+  return sizes;
+}
+
+void ParamStore::allocate(Arena& arena) {
   plan_layout();
-  if (resident_params) data_ = arena.alloc<float>(MemCategory::params, total_, "parameters");
-  if (resident_grads) grad_ = arena.alloc<float>(MemCategory::grads, total_, "gradients");
+  if (resident_params_) data_ = arena.alloc<float>(MemCategory::params, total_, "parameters");
+  if (resident_grads_) grad_ = arena.alloc<float>(MemCategory::grads, total_, "gradients");
   for (int g = 0; g < num_groups(); ++g) {
     group_params_[g] = data_ ? data_ + group_offset_[g] : nullptr;
     group_grads_[g] = grad_ ? grad_ + group_offset_[g] : nullptr;

@@ -37,11 +37,21 @@ class ParamStore {
   // Assigns offsets (the flat buffers are padded to a multiple of `pad_to` elements) and
   // allocates the resident parameter and gradient buffers that are asked for; a strategy that
   // shards them (ZeRO-3 parameters, ZeRO-2/3 gradients) binds groups to its own buffers.
-  void allocate(Arena& arena, bool resident_params = true, bool resident_grads = true);
+  void allocate(Arena& arena);
   // Offsets only, without allocating (for planning and sharding strategies).
   void plan_layout();
+  // Zero elements left after group g's parameters in the flat layout (call before planning), so
+  // that a sharding strategy's buckets divide evenly among ranks.
+  void set_group_padding(int g, int64_t elements);
+  // Which resident flat buffers allocate() creates (a ZeRO stage shards the others).
+  void set_residency(bool params, bool grads) {
+    resident_params_ = params;
+    resident_grads_ = grads;
+  }
+  // Sizes of each group's parameters, known as soon as all are registered.
+  std::vector<int64_t> group_sizes() const;
 
-  int64_t size() const { return total_; }
+  int64_t size() const { return total_; }  // elements of the flat layout, padding included
   int count() const { return static_cast<int>(params_.size()); }
   const ParamInfo& info(int index) const { return params_[index]; }
   const std::vector<ParamInfo>& all() const { return params_; }
@@ -80,7 +90,9 @@ class ParamStore {
   float* grad_ = nullptr;
   std::vector<int64_t> group_offset_, group_size_;
   std::vector<float*> group_params_, group_grads_;
+  std::vector<int64_t> group_padding_;
   bool planned_ = false;
+  bool resident_params_ = true, resident_grads_ = true;
 };
 
 }  // namespace strata
