@@ -4,7 +4,8 @@
 // cblas_sgemm (loaded with dlopen, so this builds without linking OpenBLAS) and strata's gemm().
 // Run with OMP_NUM_THREADS set to the cores to use. Options: --quick (rows 1024 only, fewer
 // repetitions), --pad N (add N floats to every leading dimension, to look for stride effects),
-// --cpu (time by CPU time instead of wall clock, see seconds_now), --shape IN OUT (one shape).
+// --cpu (time by CPU time instead of wall clock, see seconds_now), --shape IN OUT (one shape),
+// --rows N (one row count).
 #include <dlfcn.h>
 #include <omp.h>
 
@@ -67,10 +68,11 @@ double seconds_now() {
 
 int main(int argc, char** argv) {
   bool quick = false;
-  int64_t pad = 0, only_in = 0, only_out = 0;
+  int64_t pad = 0, only_in = 0, only_out = 0, only_rows = 0;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--quick")) quick = true;
     if (!std::strcmp(argv[i], "--cpu")) g_cpu_time = true;
+    if (!std::strcmp(argv[i], "--rows") && i + 1 < argc) only_rows = std::atoll(argv[++i]);
     if (!std::strcmp(argv[i], "--shape") && i + 2 < argc) {
       only_in = std::atoll(argv[++i]);
       only_out = std::atoll(argv[++i]);
@@ -100,6 +102,7 @@ int main(int argc, char** argv) {
                                      {768, 50304}, {256, 768},  {256, 8192}};
   std::vector<int64_t> row_counts =
       quick ? std::vector<int64_t>{1024} : std::vector<int64_t>{1024, 2048};
+  if (only_rows) row_counts = {only_rows};
   std::printf("threads %d, pad %ld, timing by %s\n", omp_get_max_threads(), static_cast<long>(pad),
               g_cpu_time ? "CPU time / threads" : "wall clock");
   std::printf("%-5s %-12s %-9s", "rows", "in->out", "op");

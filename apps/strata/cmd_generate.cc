@@ -38,7 +38,7 @@ Command add_generate_command(CLI::App& parent) {
             const data::Tokenizer tok = data::Tokenizer::load(tok_path);
             Arena arena;
             Decoder model(config.model, arena, 1, config.model.max_seq_len);
-            load_checkpoint_tensors(dir, model.params(), nullptr, nullptr);
+            load_checkpoint_tensors(dir, model.params(), model.params().data(), nullptr, nullptr);
             std::vector<int32_t> ids = tok.encode(a->prompt);
             if (ids.empty()) ids.push_back(tok.eot_id());
             std::cout << a->prompt << std::flush;

@@ -1,11 +1,100 @@
-// Placeholder registration replaced by the launcher implementation.
+// `strata launch`: supervises N ranks of `strata train CONFIG [--set ...]` (src/launch).
+// This file only turns the command line into LaunchOptions; the config is read here, where every
+// layer is linked, because the launch layer must not depend on train.
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
 #include "commands.h"
+#include "core/error.h"
+#include "launch/supervisor.h"
+#include "train/config.h"
 
 namespace strata::cli {
 
+namespace {
+
+// The --set values among the arguments that follow CONFIG (both "--set k=v" and "--set=k=v").
+std::vector<std::string> overrides_in(const std::vector<std::string>& args) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--set" && i + 1 < args.size()) out.push_back(args[++i]);
+    else if (args[i].rfind("--set=", 0) == 0) out.push_back(args[i].substr(6));
+  }
+  return out;
+}
+
+}  // namespace
+
 Command add_launch_command(CLI::App& parent) {
-  CLI::App* app = parent.add_subcommand("launch", "supervise N ranks of `strata train`");
-  return {app, [] { return 2; }};
+  struct Args {
+    launch::LaunchOptions options;
+    std::vector<std::string> command;  // CONFIG [--set k=v ...], or the --program's arguments
+    std::vector<std::string> sets;     // --set given before `--`
+  };
+  auto args = std::make_shared<Args>();
+  CLI::App* app = parent.add_subcommand(
+      "launch",
+      "run N ranks of `strata train CONFIG` under mpirun (or srun inside a SLURM allocation), "
+      "restart failed jobs and kill hung ones. Usage: strata launch -n N [options] -- CONFIG "
+      "[--set key=value ...]");
+  launch::LaunchOptions& o = args->options;
+  app->add_option("-n,--ranks", o.ranks, "number of ranks")->required()->check(CLI::PositiveNumber);
+  app->add_option("--hostfile", o.hostfile, "Open MPI hostfile (mpirun only)")
+      ->check(CLI::ExistingFile);
+  app->add_option("--max-restarts", o.max_restarts,
+                  "start a failed or hung job again up to K times (it resumes from the run's "
+                  "latest checkpoint)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app->add_option("--heartbeat-timeout", o.heartbeat_timeout,
+                  "seconds without a heartbeat after which a rank is hung and the job is killed "
+                  "(0: no watchdog)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app->add_option("--startup-timeout", o.startup_timeout,
+                  "seconds for the first heartbeat to appear (0: no limit)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app->add_option("--kill-grace", o.kill_grace,
+                  "seconds between SIGTERM and SIGKILL when the job must be stopped")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app->add_flag("--dry-run", o.dry_run, "print the command that starts the ranks, and exit");
+  app->add_option("--set", args->sets, "override a config key, as for `strata train`")
+      ->take_all()
+      ->expected(1);
+  // For tests and tools: run PROGRAM ARGS... as the ranks instead of `strata train`; the run
+  // directory (heartbeats, launch.log) then comes from --run-dir, as there is no config to read.
+  app->add_option("--program", o.program, "run this program instead of `strata train`")
+      ->group("");
+  app->add_option("--run-dir", o.run_dir, "run directory when --program is used")->group("");
+  app->add_option("command", args->command, "-- CONFIG [--set key=value ...]")->required();
+
+  return {app, [args] {
+            launch::LaunchOptions options = args->options;
+            std::vector<std::string> command = args->command;
+            for (const std::string& s : args->sets) command.insert(command.end(), {"--set", s});
+            if (!options.program.empty()) {
+              // mpirun and srun resolve a bare name on PATH; a relative path is made absolute so
+              // that it does not depend on the ranks' working directory.
+              if (options.program.find('/') != std::string::npos)
+                options.program = std::filesystem::absolute(options.program).string();
+              options.args = command;
+            } else {
+              STRATA_CHECK(options.run_dir.empty(),
+                           "strata launch: --run-dir is for --program; the run directory of a "
+                           "training job is its config's run.dir (--set run.dir=...)");
+              // Read now, so that a bad config fails once here rather than on every rank.
+              const RunConfig config = load_config(
+                  command.front(), overrides_in({command.begin() + 1, command.end()}));
+              options.run_dir = config.run.dir;
+              options.args = {"train"};
+              options.args.insert(options.args.end(), command.begin(), command.end());
+            }
+            return launch::supervise(options);
+          }};
 }
 
 }  // namespace strata::cli

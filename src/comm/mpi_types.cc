@@ -106,13 +106,11 @@ void divide_in_place(void* buf, int64_t count, DType dtype, int divisor) {
 }
 
 std::string mpi_error_string(int code) {
-  char name[MPI_MAX_ERROR_STRING], text[MPI_MAX_ERROR_STRING];
-  int name_len = 0, text_len = 0;
-  int err_class = code;
-  MPI_Error_class(code, &err_class);
-  if (MPI_Error_string(err_class, name, &name_len) != MPI_SUCCESS) name_len = 0;
-  if (MPI_Error_string(code, text, &text_len) != MPI_SUCCESS) text_len = 0;
-  return cat("MPI error ", code, ": ", std::string(text, static_cast<size_t>(text_len)));
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  if (MPI_Error_string(code, text, &len) != MPI_SUCCESS) len = 0;
+  return cat(len > 0 ? std::string(text, static_cast<size_t>(len)) : "unknown MPI error",
+             " (MPI error code ", code, ")");
 }
 
 }  // namespace strata::comm

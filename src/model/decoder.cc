@@ -176,6 +176,7 @@ double Decoder::forward(const int32_t* inputs, const int32_t* targets, int64_t b
   last_b_ = b;
   last_t_ = t;
 
+  hooks_->begin_forward();
   hooks_->acquire_params(0);
   k::embedding_forward(a.embed_out, a.inputs, params_.param(embed_),
                        pos_embed_ >= 0 ? params_.param(pos_embed_) : nullptr, b, t, c);
@@ -245,6 +246,7 @@ void Decoder::backward(ActivationStore& a, float grad_scale) {
   const int last = final_group();
 
   // Final group: the head (its weight gradient too when untied) and the final norm.
+  hooks_->begin_backward();
   hooks_->acquire_params(last);
   hooks_->begin_grads(last);
   if (tied) hooks_->acquire_params(0);

@@ -11,6 +11,9 @@ namespace strata {
 class GroupHooks {
  public:
   virtual ~GroupHooks() = default;
+  // A forward pass (groups visited upwards) or a backward pass (downwards) begins.
+  virtual void begin_forward() {}
+  virtual void begin_backward() {}
   // Parameters of group g are about to be read / are no longer needed (forward or backward).
   virtual void acquire_params(int /*group*/) {}
   virtual void release_params(int /*group*/) {}

@@ -6,19 +6,28 @@
 
 namespace strata {
 
-AdamW::AdamW(ParamStore& params, Arena& arena, const OptimConfig& config)
-    : params_(params), config_(config) {
-  m_ = arena.alloc<float>(MemCategory::optimizer, params.size(), "adam first moment");
-  v_ = arena.alloc<float>(MemCategory::optimizer, params.size(), "adam second moment");
+std::vector<OptimSegment> segments_for_all(const ParamStore& params) {
+  std::vector<OptimSegment> out;
+  for (int i = 0; i < params.count(); ++i) {
+    const ParamInfo& p = params.info(i);
+    out.push_back({params.param(i), params.grad(i), p.numel, p.weight_decay, p.offset});
+  }
+  return out;
+}
+
+AdamW::AdamW(std::vector<OptimSegment> segments, int64_t state_size, Arena& arena,
+             const OptimConfig& config)
+    : segments_(std::move(segments)), state_size_(state_size), config_(config) {
+  m_ = arena.alloc<float>(MemCategory::optimizer, state_size, "adam first moment");
+  v_ = arena.alloc<float>(MemCategory::optimizer, state_size, "adam second moment");
 }
 
 void AdamW::step(float lr, float grad_scale) {
   ++step_;
-  for (const ParamInfo& p : params_.all()) {
-    const float wd = p.weight_decay ? config_.weight_decay : 0.0f;
-    kernels::adamw_update(params_.data() + p.offset, params_.grads() + p.offset, m_ + p.offset,
-                          v_ + p.offset, p.numel, lr, config_.beta1, config_.beta2, config_.eps,
-                          wd, grad_scale, step_);
+  for (const OptimSegment& s : segments_) {
+    const float wd = s.weight_decay ? config_.weight_decay : 0.0f;
+    kernels::adamw_update(s.param, s.grad, m_ + s.state_offset, v_ + s.state_offset, s.count, lr,
+                          config_.beta1, config_.beta2, config_.eps, wd, grad_scale, step_);
   }
 }
 

@@ -1,7 +1,10 @@
-// AdamW over a ParamStore: first and second moments in flat buffers of the parameters' layout
-// (category "optimizer"), decoupled weight decay only for parameters marked weight_decay.
+// AdamW over segments of flat buffers: each segment is a run of parameters with their gradients
+// and a place in the optimizer state (first and second moments, category "optimizer"). One
+// process updates every parameter (one segment per parameter); a ZeRO rank updates only the
+// slices it owns. Decoupled weight decay applies to segments of matrices only.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "core/arena.h"
 #include "model/params.h"
@@ -9,9 +12,23 @@
 
 namespace strata {
 
+struct OptimSegment {
+  float* param = nullptr;
+  const float* grad = nullptr;
+  int64_t count = 0;
+  bool weight_decay = false;
+  int64_t state_offset = 0;  // where its moments live in the state buffers
+};
+
+// One segment per parameter of the store, state laid out like the flat parameter buffer.
+std::vector<OptimSegment> segments_for_all(const ParamStore& params);
+
 class AdamW {
  public:
-  AdamW(ParamStore& params, Arena& arena, const OptimConfig& config);
+  AdamW(std::vector<OptimSegment> segments, int64_t state_size, Arena& arena,
+        const OptimConfig& config);
+  AdamW(ParamStore& params, Arena& arena, const OptimConfig& config)
+      : AdamW(segments_for_all(params), params.size(), arena, config) {}
   // One update with learning rate `lr`; gradients are multiplied by grad_scale first (clipping).
   void step(float lr, float grad_scale);
 
@@ -19,9 +36,11 @@ class AdamW {
   void set_steps_taken(int64_t step) { step_ = step; }
   float* first_moment() const { return m_; }
   float* second_moment() const { return v_; }
+  int64_t state_size() const { return state_size_; }
 
  private:
-  ParamStore& params_;
+  std::vector<OptimSegment> segments_;
+  int64_t state_size_;
   OptimConfig config_;
   float* m_ = nullptr;
   float* v_ = nullptr;

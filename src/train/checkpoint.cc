@@ -51,9 +51,9 @@ void read_tensors(const std::string& path, const ParamStore& params, float* base
 }  // namespace
 
 std::string save_checkpoint(const std::string& ckpt_root, const ParamStore& params,
-                            const float* exp_avg, const float* exp_avg_sq,
-                            const CheckpointState& state, const std::string& tokenizer_path,
-                            int64_t keep_last) {
+                            const float* param_data, const float* exp_avg,
+                            const float* exp_avg_sq, const CheckpointState& state,
+                            const std::string& tokenizer_path, int64_t keep_last) {
   io::make_dirs(ckpt_root);
   const std::string name = step_dir_name(state.step);
   const fs::path final_dir = fs::path(ckpt_root) / name;
@@ -62,7 +62,7 @@ std::string save_checkpoint(const std::string& ckpt_root, const ParamStore& para
   fs::remove_all(tmp_dir, ec);  // a leftover of an earlier failed save
   io::make_dirs(tmp_dir.string());
 
-  write_tensors((tmp_dir / "model.safetensors").string(), params, params.data(), "");
+  write_tensors((tmp_dir / "model.safetensors").string(), params, param_data, "");
   if (exp_avg && exp_avg_sq) {
     // Both moments in one file: every tensor is named, so one file suffices.
     std::vector<io::TensorRef> refs;
@@ -141,9 +141,9 @@ CheckpointState read_checkpoint_state(const std::string& dir) {
   return s;
 }
 
-void load_checkpoint_tensors(const std::string& dir, ParamStore& params, float* exp_avg,
-                             float* exp_avg_sq) {
-  read_tensors((fs::path(dir) / "model.safetensors").string(), params, params.data(), "");
+void load_checkpoint_tensors(const std::string& dir, const ParamStore& params, float* param_data,
+                             float* exp_avg, float* exp_avg_sq) {
+  read_tensors((fs::path(dir) / "model.safetensors").string(), params, param_data, "");
   if (exp_avg && exp_avg_sq) {
     const std::string path = (fs::path(dir) / "optimizer.safetensors").string();
     read_tensors(path, params, exp_avg, "exp_avg.");

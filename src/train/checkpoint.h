@@ -29,12 +29,13 @@ struct CheckpointState {
   nlohmann::json extra;        // anything else (metrics at save time, ...)
 };
 
-// Saves params (and optimizer moments when m/v are not null) under ckpt_root; returns the
-// committed directory.
+// Saves the parameters (values at param_data + offset of each parameter of `params`, i.e. a
+// buffer in the flat layout) and the optimizer moments (same layout; skipped when null) under
+// ckpt_root; returns the committed directory.
 std::string save_checkpoint(const std::string& ckpt_root, const ParamStore& params,
-                            const float* exp_avg, const float* exp_avg_sq,
-                            const CheckpointState& state, const std::string& tokenizer_path,
-                            int64_t keep_last);
+                            const float* param_data, const float* exp_avg,
+                            const float* exp_avg_sq, const CheckpointState& state,
+                            const std::string& tokenizer_path, int64_t keep_last);
 
 // The directory `latest` names under ckpt_root, or nullopt when there is none.
 std::optional<std::string> latest_checkpoint(const std::string& ckpt_root);
@@ -43,10 +44,10 @@ std::optional<std::string> latest_checkpoint(const std::string& ckpt_root);
 // root); throws naming the file when it is missing or malformed.
 CheckpointState read_checkpoint_state(const std::string& dir);
 
-// Loads parameters (every parameter of `params` must be present with the same shape) and, when
-// exp_avg/exp_avg_sq are not null, the optimizer moments.
-void load_checkpoint_tensors(const std::string& dir, ParamStore& params, float* exp_avg,
-                             float* exp_avg_sq);
+// Loads parameters into param_data (flat layout of `params`; every parameter must be present
+// with the same shape) and, when exp_avg/exp_avg_sq are not null, the optimizer moments.
+void load_checkpoint_tensors(const std::string& dir, const ParamStore& params, float* param_data,
+                             float* exp_avg, float* exp_avg_sq);
 
 // Accepts a checkpoint directory, a run's ckpt directory, or a run directory, and returns the
 // checkpoint directory it means (following `latest`).

@@ -51,25 +51,60 @@ double measure_gemm_flops() {
   return best;
 }
 
-Trainer::Trainer(RunConfig config) : config_(std::move(config)) {
+Trainer::Trainer(RunConfig config, ProcessGroups* groups)
+    : config_(std::move(config)), groups_(groups) {
+  if (groups_) {
+    rank_ = groups_->world().rank();
+    world_ = groups_->world().size();
+    STRATA_CHECK(groups_->layout().tp == 1 && groups_->layout().pp == 1,
+                 "parallel.tp and parallel.pp > 1 are not supported yet; use data parallelism "
+                 "(parallel.tp = 1, parallel.pp = 1)");
+    groups_->set_timeout(config_.parallel.comm_timeout_s);
+  }
   if (config_.system.threads > 0) omp_set_num_threads(static_cast<int>(config_.system.threads));
   io::make_dirs(config_.run.dir);
-  log::open_file((fs::path(config_.run.dir) / "train.log").string());
+  if (world_ > 1) {
+    // Every rank keeps its own log; only rank 0 talks to the console (warnings and errors of
+    // every rank still do).
+    log::set_rank(rank_);
+    io::make_dirs((fs::path(config_.run.dir) / "logs").string());
+    log::open_file((fs::path(config_.run.dir) / "logs" / cat("rank_", rank_, ".log")).string());
+    if (!is_rank0()) log::set_level(log::Level::warn);
+  } else {
+    log::open_file((fs::path(config_.run.dir) / "train.log").string());
+  }
   if (config_.system.memory_limit_mb > 0) arena_.set_limit(config_.system.memory_limit_mb << 20);
-  io::write_file_atomic((fs::path(config_.run.dir) / "config.json").string(),
-                        config_to_json(config_).dump(2));
+  if (is_rank0())
+    io::write_file_atomic((fs::path(config_.run.dir) / "config.json").string(),
+                          config_to_json(config_).dump(2));
 
   prepare_data();
   const TrainConfig& t = config_.train;
-  model_ = std::make_unique<Decoder>(config_.model, arena_, t.batch_size, t.seq_len);
-  model_->init(t.seed);
-  optimizer_ = std::make_unique<AdamW>(model_->params(), arena_, config_.optim);
+  if (groups_) {
+    DataParallelOptions opt;
+    opt.zero = static_cast<int>(config_.parallel.zero);
+    opt.bucket_elements = std::max<int64_t>(1, static_cast<int64_t>(config_.parallel.bucket_mb * (1 << 20) / 4));
+    opt.overlap = config_.parallel.overlap;
+    dp_ = std::make_unique<DataParallel>(groups_->dp(), opt);
+    model_ = std::make_unique<Decoder>(config_.model, arena_, t.batch_size, t.seq_len, 1,
+                                       [this](ParamStore& p) { dp_->plan(p); });
+    dp_->setup(model_->params(), arena_);
+    model_->set_hooks(dp_.get());
+    dp_->init_params(model_->config(), t.seed);
+    optimizer_ = std::make_unique<AdamW>(dp_->optimizer_segments(), dp_->optimizer_state_size(),
+                                         arena_, config_.optim);
+  } else {
+    model_ = std::make_unique<Decoder>(config_.model, arena_, t.batch_size, t.seq_len);
+    model_->init(t.seed);
+    optimizer_ = std::make_unique<AdamW>(model_->params(), arena_, config_.optim);
+  }
   inputs_ = arena_.alloc<int32_t>(MemCategory::workspace, t.batch_size * t.seq_len, "input batch");
   targets_ = arena_.alloc<int32_t>(MemCategory::workspace, t.batch_size * t.seq_len, "target batch");
   resume();
   peak_flops_ = measure_gemm_flops();
-  metrics_ = std::make_unique<JsonlWriter>((fs::path(config_.run.dir) / "metrics.jsonl").string(),
-                                           /*append=*/true);
+  if (is_rank0())
+    metrics_ = std::make_unique<JsonlWriter>(
+        (fs::path(config_.run.dir) / "metrics.jsonl").string(), /*append=*/true);
   console_ = std::make_unique<ConsoleProgress>(t.log_every);
   log::info("model: ", family_name(config_.model.family), " ", config_.model.n_layer, " layers, d_model ",
             config_.model.d_model, ", ", model_->params().size(), " parameters; ",
@@ -79,6 +114,14 @@ Trainer::Trainer(RunConfig config) : config_(std::move(config)) {
 
 Trainer::~Trainer() { log::close_file(); }
 
+double Trainer::mean_over_dp(double value) {
+  if (!groups_ || groups_->dp().size() == 1) return value;
+  double v = value;  // summed as two floats would lose digits; f32 is what Comm reduces
+  float f = static_cast<float>(v);
+  groups_->dp().all_reduce(&f, 1, DType::f32, ReduceOp::avg)->wait();
+  return static_cast<double>(f);
+}
+
 void Trainer::prepare_data() {
   const DataConfig& d = config_.data;
   const TrainConfig& t = config_.train;
@@ -87,6 +130,10 @@ void Trainer::prepare_data() {
   opt.seq_len = t.seq_len;
   opt.vocab_size = config_.model.vocab_size;
   opt.seed = t.seed;
+  if (groups_) {
+    opt.rank = groups_->dp().rank();
+    opt.world = groups_->dp().size();
+  }
   if (d.source == "synthetic") {
     train_data_ = make_synthetic_source(opt);
     TokenSourceOptions val = opt;
@@ -96,7 +143,8 @@ void Trainer::prepare_data() {
   }
   data_dir_ = d.dir;
   tokenizer_path_ = (fs::path(d.dir) / "tokenizer.json").string();
-  if (d.source == "text" && shards_with_prefix(d.dir, "train_").empty()) {
+  // Rank 0 prepares; the others wait for it (a barrier with the comm timeout).
+  if (d.source == "text" && is_rank0() && shards_with_prefix(d.dir, "train_").empty()) {
     log::info("preparing data: training a ", config_.model.vocab_size, "-token BPE tokenizer on ",
               d.text.size(), " file(s) into ", d.dir);
     const data::PrepareReport report =
@@ -104,6 +152,7 @@ void Trainer::prepare_data() {
                            d.document_separator, d.filters);
     log::info(report.summary());
   }
+  if (groups_) groups_->world().barrier();
   const auto train_shards = shards_with_prefix(d.dir, "train_");
   const auto val_shards = shards_with_prefix(d.dir, "val_");
   STRATA_CHECK(!train_shards.empty(), "data.dir '", d.dir, "' has no train_*.bin shards; run `strata "
@@ -136,8 +185,22 @@ void Trainer::resume() {
     dir = resolve_checkpoint(mode);
   }
   const CheckpointState state = read_checkpoint_state(dir);
-  load_checkpoint_tensors(dir, model_->params(), optimizer_->first_moment(),
-                          optimizer_->second_moment());
+  ParamStore& params = model_->params();
+  if (!dp_ || dp_->zero_stage() == 0) {
+    load_checkpoint_tensors(dir, params, params.data(), optimizer_->first_moment(),
+                            optimizer_->second_moment());
+  } else {
+    // Every rank reads the global tensors and keeps its own slices.
+    std::vector<float> full_params(static_cast<size_t>(params.size())),
+        full_m(full_params.size()), full_v(full_params.size());
+    load_checkpoint_tensors(dir, params, full_params.data(), full_m.data(), full_v.data());
+    if (dp_->params_sharded())
+      dp_->scatter_from_full(full_params.data(), dp_->shard_params());
+    else
+      std::copy(full_params.begin(), full_params.end(), params.data());
+    dp_->scatter_from_full(full_m.data(), optimizer_->first_moment());
+    dp_->scatter_from_full(full_v.data(), optimizer_->second_moment());
+  }
   step_ = state.step;
   optimizer_->set_steps_taken(state.step);
   if (!state.data.is_null() && !state.data.empty()) train_data_->restore(state.data);
@@ -148,19 +211,26 @@ StepResult Trainer::train_step() {
   const TrainConfig& t = config_.train;
   const auto t0 = Clock::now();
   ParamStore& params = model_->params();
-  params.zero_grads();
+  if (groups_) groups_->set_step(step_ + 1);
+  if (dp_)
+    dp_->begin_step();
+  else
+    params.zero_grads();
   const float grad_scale = 1.0f / static_cast<float>(t.batch_size * t.seq_len * t.grad_accum);
   double loss = 0;
   for (int64_t micro = 0; micro < t.grad_accum; ++micro) {
     train_data_->next(inputs_, targets_);
+    if (dp_) dp_->begin_micro_batch(micro == t.grad_accum - 1);
     loss += model_->forward_backward(inputs_, targets_, grad_scale);
   }
-  loss /= static_cast<double>(t.grad_accum);
+  loss = mean_over_dp(loss / static_cast<double>(t.grad_accum));
   StepResult r;
-  r.grad_norm = global_grad_norm(params);
+  if (dp_) dp_->finish_gradients();
+  r.grad_norm = dp_ ? dp_->grad_norm() : global_grad_norm(params);
   r.lr = learning_rate(config_.optim, step_, t.steps);
   if (std::isfinite(r.grad_norm) && std::isfinite(loss)) {
     optimizer_->step(static_cast<float>(r.lr), clip_coefficient(r.grad_norm, config_.optim.grad_clip));
+    if (dp_) dp_->after_optimizer_step();
   } else {
     log::warn("step ", step_ + 1, ": non-finite loss or gradient norm (loss ", loss, ", norm ",
               r.grad_norm, ") at data position ", train_data_->position(), "; update skipped");
@@ -181,7 +251,7 @@ double Trainer::evaluate() {
     val_data_->next(inputs_, targets_);
     total += model_->forward(inputs_, targets_, t.batch_size, t.seq_len);
   }
-  return total / static_cast<double>(std::max<int64_t>(1, t.eval_batches));
+  return mean_over_dp(total / static_cast<double>(std::max<int64_t>(1, t.eval_batches)));
 }
 
 std::string Trainer::save() {
@@ -190,11 +260,32 @@ std::string Trainer::save() {
   state.config = config_to_json(config_);
   state.data = train_data_->state();
   const auto t0 = Clock::now();
-  const std::string dir =
-      save_checkpoint((fs::path(config_.run.dir) / "ckpt").string(), model_->params(),
-                      optimizer_->first_moment(), optimizer_->second_moment(), state,
-                      tokenizer_path_, config_.train.keep_last);
-  log::info("saved checkpoint ", dir, " in ", seconds_since(t0), " s");
+  ParamStore& params = model_->params();
+  // Checkpoints hold global tensors: sharded buffers are gathered (all ranks take part).
+  std::vector<float> full_params, full_m, full_v;
+  const float* param_data = params.data();
+  const float* m = optimizer_->first_moment();
+  const float* v = optimizer_->second_moment();
+  if (dp_ && dp_->params_sharded()) {
+    full_params.resize(static_cast<size_t>(params.size()));
+    dp_->gather_to_full(dp_->shard_params(), full_params.data());
+    param_data = full_params.data();
+  }
+  if (dp_ && dp_->optimizer_sharded()) {
+    full_m.resize(static_cast<size_t>(params.size()));
+    full_v.resize(static_cast<size_t>(params.size()));
+    dp_->gather_to_full(optimizer_->first_moment(), full_m.data());
+    dp_->gather_to_full(optimizer_->second_moment(), full_v.data());
+    m = full_m.data();
+    v = full_v.data();
+  }
+  std::string dir;
+  if (is_rank0()) {
+    dir = save_checkpoint((fs::path(config_.run.dir) / "ckpt").string(), params, param_data, m, v,
+                          state, tokenizer_path_, config_.train.keep_last);
+    log::info("saved checkpoint ", dir, " in ", seconds_since(t0), " s");
+  }
+  if (groups_) groups_->world().barrier();
   return dir;
 }
 
@@ -214,7 +305,12 @@ void Trainer::write_metrics(const StepResult& r, double tokens_per_s, double mfu
   mem["total"] = stats.total_current;
   j["mem"] = mem;
   if (!std::isnan(val_loss)) j["val_loss"] = val_loss;
-  metrics_->write(j);
+  if (groups_) {
+    const CommStats cs = groups_->stats();
+    j["comm_bytes"] = cs.total_bytes();
+    j["comm_wait_s"] = cs.total_wait_seconds();
+  }
+  if (metrics_) metrics_->write(j);
 }
 
 double Trainer::run() {
@@ -235,12 +331,12 @@ double Trainer::run() {
     if ((t.eval_every > 0 && r.step % t.eval_every == 0) || r.step == t.steps) {
       v = evaluate();
       val_loss = v;
-      if (!std::isnan(v))
+      if (!std::isnan(v) && is_rank0())
         console_->message(cat("step ", r.step, ": val_loss ", v,
                               unigram_baseline_ > 0 ? cat(" (unigram baseline ", unigram_baseline_, ")") : ""));
     }
     write_metrics(r, tps, mfu, v);
-    console_->update({r.step, t.steps, r.loss, r.lr, r.grad_norm, tokens_per_step / smoothed, mfu,
+    if (is_rank0()) console_->update({r.step, t.steps, r.loss, r.lr, r.grad_norm, tokens_per_step / smoothed, mfu,
                       smoothed});
     if ((t.checkpoint_every > 0 && r.step % t.checkpoint_every == 0) || r.step == t.steps) {
       console_->finish();
@@ -258,11 +354,23 @@ double Trainer::run() {
 void Trainer::sample_at_end() {
   const SampleConfig& s = config_.sample;
   if (s.max_new_tokens <= 0 || tokenizer_path_.empty() || !fs::exists(tokenizer_path_)) return;
+  const ParamStore& params = model_->params();
+  std::vector<float> gathered;
+  const float* data = params.data();
+  if (dp_ && dp_->params_sharded()) {  // collective: every rank takes part
+    gathered.resize(static_cast<size_t>(params.size()));
+    dp_->gather_to_full(dp_->shard_params(), gathered.data());
+    data = gathered.data();
+  }
+  if (!is_rank0()) return;
   const data::Tokenizer tok = data::Tokenizer::load(tokenizer_path_);
   Arena arena;
   Decoder sampler(config_.model, arena, 1, config_.model.max_seq_len);
-  std::copy(model_->params().data(), model_->params().data() + model_->params().size(),
-            sampler.params().data());
+  for (int i = 0; i < params.count(); ++i) {  // by name: the layouts may differ by padding
+    const ParamInfo& p = params.info(i);
+    std::copy(data + p.offset, data + p.offset + p.numel,
+              sampler.params().param(sampler.params().index_of(p.name)));
+  }
   std::vector<int32_t> prompt = tok.encode(s.prompt);
   if (prompt.empty()) prompt.push_back(tok.eot_id());
   SampleOptions opt;

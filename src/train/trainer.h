@@ -8,9 +8,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "comm/process_groups.h"
 #include "core/arena.h"
 #include "model/decoder.h"
 #include "optim/adamw.h"
+#include "parallel/data_parallel.h"
 #include "train/config.h"
 #include "train/token_source.h"
 #include "track/console.h"
@@ -25,7 +27,8 @@ struct StepResult {
 
 class Trainer {
  public:
-  explicit Trainer(RunConfig config);
+  // One process (groups == nullptr), or one rank of a job whose process groups are given.
+  explicit Trainer(RunConfig config, ProcessGroups* groups = nullptr);
   ~Trainer();
 
   // The whole job: train to train.steps, evaluate, checkpoint, sample. Returns the final
@@ -37,6 +40,7 @@ class Trainer {
   double evaluate();
   std::string save();
   Decoder& model() { return *model_; }
+  DataParallel* data_parallel() { return dp_.get(); }
   Arena& arena() { return arena_; }
   int64_t step() const { return step_; }
   const RunConfig& config() const { return config_; }
@@ -48,11 +52,16 @@ class Trainer {
   void resume();
   void write_metrics(const StepResult& r, double tokens_per_s, double mfu, double val_loss);
   void sample_at_end();
+  bool is_rank0() const { return rank_ == 0; }
+  double mean_over_dp(double value);
 
   RunConfig config_;
+  ProcessGroups* groups_ = nullptr;
+  int rank_ = 0, world_ = 1;
   Arena arena_;
   std::string data_dir_, tokenizer_path_;
   std::unique_ptr<Decoder> model_;
+  std::unique_ptr<DataParallel> dp_;
   std::unique_ptr<AdamW> optimizer_;
   std::unique_ptr<TokenSource> train_data_, val_data_;
   int32_t* inputs_ = nullptr;

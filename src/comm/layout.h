@@ -1,0 +1,29 @@
+// Layout: how the world's ranks divide into tensor (tp), data (dp) and pipeline (pp) parallel
+// groups, in Megatron-LM's rank order: tp fastest (the ranks of a tensor-parallel group are
+// adjacent, so they share a node and its fastest links), then dp, then pp:
+//   world rank = pp * (dp_size * tp_size) + dp * tp_size + tp.
+// zero is the ZeRO stage (0..3) that data parallelism uses; it does not change the groups.
+#pragma once
+#include <string>
+
+namespace strata {
+
+struct Layout {
+  int tp = 1, pp = 1, dp = 1, zero = 0;
+
+  struct Coord {
+    int tp = 0, dp = 0, pp = 0;
+    bool operator==(const Coord&) const = default;
+  };
+
+  int world() const { return tp * pp * dp; }
+  Coord coord(int world_rank) const;
+  int rank_of(Coord c) const;
+  std::string describe() const;  // "tp=2 pp=1 dp=2 zero=0 (world 4)"
+};
+
+// Checks parallel.tp/pp/dp/zero against the world size; dp = 0 derives dp from it. A layout that
+// does not fit is an error that names the keys, the world size, and values that would fit.
+Layout resolve_layout(int tp, int pp, int dp, int zero, int world_size);
+
+}  // namespace strata

@@ -1,0 +1,116 @@
+#include "comm/mpi_work.h"
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "comm/mpi_types.h"
+#include "comm/progress_engine.h"
+#include "core/error.h"
+#include "core/log.h"
+
+namespace strata::comm {
+
+PendingOp::PendingOp(std::shared_ptr<GroupState> group, const OpArgs& args)
+    : group_(std::move(group)), args_(args), submitted_(Clock::now()) {}
+
+bool PendingOp::test() {
+  if (!done()) return false;
+  rethrow_failure();
+  return true;
+}
+
+void PendingOp::wait() {
+  if (!done()) {
+    const Clock::time_point start = Clock::now();
+    const double timeout = group_->timeout_seconds.load();
+    if (!ProgressEngine::get().wait_done(*this, start + std::chrono::duration_cast<Clock::duration>(
+                                                        std::chrono::duration<double>(timeout))))
+      timeout_exit(timeout);
+    group_->count_wait(args_.kind,
+                       std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  rethrow_failure();
+}
+
+void PendingOp::rethrow_failure() const {
+  if (!error_.empty()) fail("comm: ", describe(), " failed: ", error_);
+}
+
+int PendingOp::issue(MPI_Request* request) {
+  const MPI_Comm comm = group_->comm;
+  const MPI_Datatype type = mpi_datatype(args_.dtype);
+  const void* send = args_.send ? args_.send : MPI_IN_PLACE;
+  switch (args_.kind) {
+    case CommOp::all_reduce:
+      return MPI_Iallreduce(MPI_IN_PLACE, args_.recv, args_.count, type,
+                            mpi_reduce_op(args_.dtype, args_.op), comm, request);
+    case CommOp::reduce_scatter:
+      return MPI_Ireduce_scatter_block(send, args_.recv, args_.count, type,
+                                       mpi_reduce_op(args_.dtype, args_.op), comm, request);
+    case CommOp::all_gather:
+      return MPI_Iallgather(send, args_.count, type, args_.recv, args_.count, type, comm, request);
+    case CommOp::broadcast:
+      return MPI_Ibcast(args_.recv, args_.count, type, args_.peer, comm, request);
+    case CommOp::send:
+      return MPI_Isend(args_.send, args_.count, type, args_.peer, args_.tag, comm, request);
+    case CommOp::recv:
+      return MPI_Irecv(args_.recv, args_.count, type, args_.peer, args_.tag, comm, request);
+    case CommOp::barrier:
+      return MPI_Ibarrier(comm, request);
+  }
+  return MPI_ERR_OTHER;
+}
+
+void PendingOp::on_mpi_complete(int mpi_error) {
+  if (mpi_error != MPI_SUCCESS) {
+    error_ = mpi_error_string(mpi_error);
+  } else if (args_.op == ReduceOp::avg &&
+             (args_.kind == CommOp::all_reduce || args_.kind == CommOp::reduce_scatter)) {
+    // Scaled here, on the communication thread, so that the caller sees the final average.
+    divide_in_place(args_.recv, args_.count, args_.dtype, group_->size);
+  }
+  mpi_done_.store(true, std::memory_order_release);
+}
+
+void PendingOp::retire() {
+  group_->count_completion(args_.kind,
+                           std::chrono::duration<double>(Clock::now() - submitted_).count());
+  done_.store(true, std::memory_order_release);
+}
+
+std::string PendingOp::describe() const {
+  const char* name = comm_op_name(args_.kind);
+  std::string what = name;
+  if (args_.kind == CommOp::send || args_.kind == CommOp::recv) {
+    what = cat(name, args_.kind == CommOp::send ? " to" : " from", " world rank ",
+               group_->world_ranks[static_cast<size_t>(args_.peer)], " (tag ", args_.tag, ")");
+  } else if (args_.kind == CommOp::broadcast) {
+    what = cat(name, " from world rank ", group_->world_ranks[static_cast<size_t>(args_.peer)]);
+  }
+  return cat(what, " on group '", group_->name, "' (world ranks ", group_->world_ranks_text, ")");
+}
+
+void PendingOp::timeout_exit(double timeout_seconds) const {
+  char within[32];
+  std::snprintf(within, sizeof within, "%.1f", timeout_seconds);
+  std::string suspect = "a peer rank may have hung or died";
+  if (args_.kind == CommOp::send || args_.kind == CommOp::recv)
+    suspect = cat("peer world rank ", group_->world_ranks[static_cast<size_t>(args_.peer)],
+                  " may have hung or died");
+  std::string behind;
+  if (mpi_done()) {
+    // MPI finished this one; an earlier operation of the group has not (completion is in order).
+    const std::string earlier = ProgressEngine::get().earliest_pending(*this);
+    if (!earlier.empty()) behind = cat(" (it waits behind ", earlier, ")");
+  }
+  log::error("comm timeout: ", describe(), " at step ", group_->step.load(),
+             " did not complete within ", within, " s (", args_.bytes, " bytes)", behind, "; ",
+             suspect);
+  // Not MPI_Finalize (it would wait for the peer) and not exit() (static destructors could block
+  // on the communication thread): flush and end here, with a status the supervisor recognises.
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::_Exit(kCommTimeoutExit);
+}
+
+}  // namespace strata::comm

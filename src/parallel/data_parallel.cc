@@ -1,0 +1,293 @@
+#include "parallel/data_parallel.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "kernels/cpu/kernels.h"
+#include "model/decoder.h"
+
+namespace strata {
+
+namespace {
+constexpr int kGradSlots = 2;   // the bucket being filled and one being reduced
+constexpr int kParamSlots = 3;  // in use, prefetched, and a tied head's embedding
+}  // namespace
+
+DataParallel::DataParallel(Comm& dp, const DataParallelOptions& options)
+    : comm_(dp), opt_(options), rank_(dp.rank()), size_(dp.size()) {
+  STRATA_CHECK(opt_.zero >= 0 && opt_.zero <= 3, "parallel.zero: stage ", opt_.zero,
+               " does not exist (0, 1, 2 or 3)");
+  STRATA_CHECK(opt_.bucket_elements >= 1, "parallel.bucket_mb: must be positive");
+}
+
+void DataParallel::plan(ParamStore& params) {
+  // Buckets of whole groups in layout order (descending group index), each at least
+  // bucket_elements unless it is the last; padding makes each a multiple of the dp size.
+  const std::vector<int64_t> sizes = params.group_sizes();
+  const int groups = static_cast<int>(sizes.size());
+  bucket_of_group_.assign(static_cast<size_t>(groups), -1);
+  buckets_.clear();
+  Bucket current;
+  int64_t unpadded = 0;
+  auto close = [&] {
+    current.padded = (unpadded + size_ - 1) / size_ * size_;
+    params.set_group_padding(current.groups.back(), current.padded - unpadded);
+    buckets_.push_back(current);
+    current = Bucket();
+    unpadded = 0;
+  };
+  for (int g = groups - 1; g >= 0; --g) {
+    current.groups.push_back(g);
+    bucket_of_group_[g] = static_cast<int>(buckets_.size());
+    unpadded += sizes[g];
+    if (unpadded >= opt_.bucket_elements) close();
+  }
+  if (!current.groups.empty()) close();
+  params.set_residency(/*params=*/opt_.zero < 3, /*grads=*/opt_.zero < 2);
+}
+
+void DataParallel::setup(ParamStore& params, Arena& arena) {
+  params_ = &params;
+  int64_t local = 0;
+  for (Bucket& b : buckets_) {
+    b.start = params.group_offset(b.groups.front());
+    b.slice = b.padded / size_;
+    b.local = local;
+    local += b.slice;
+    max_padded_ = std::max(max_padded_, b.padded);
+  }
+  shard_size_ = local;
+  if (opt_.zero >= 2) {
+    shard_grads_ = arena.alloc<float>(MemCategory::grads, shard_size_, "gradient shard");
+    grad_slots_.resize(kGradSlots);
+    for (GradSlot& s : grad_slots_) {
+      s.data = arena.alloc<float>(MemCategory::comm, max_padded_, "gradient bucket staging");
+      s.reduced = arena.alloc<float>(MemCategory::comm, max_padded_ / size_ + 1,
+                                     "reduced gradient slice");
+    }
+  }
+  if (opt_.zero >= 3) {
+    shard_params_ = arena.alloc<float>(MemCategory::params, shard_size_, "parameter shard");
+    param_slots_.resize(kParamSlots);
+    for (ParamSlot& s : param_slots_)
+      s.data = arena.alloc<float>(MemCategory::comm, max_padded_, "parameter bucket staging");
+  }
+}
+
+void DataParallel::init_params(const ModelConfig& config, uint64_t seed) {
+  if (opt_.zero < 3) {
+    for (int i = 0; i < params_->count(); ++i)
+      init_param_elements(config, params_->info(i), seed, 0, params_->info(i).numel,
+                          params_->param(i));
+    return;
+  }
+  // Only the owned slice of each parameter: elements are indexed globally, so the shard holds
+  // exactly the values a single process would have there.
+  for (const Bucket& b : buckets_) {
+    const int64_t lo = owned_begin(b), hi = lo + b.slice;
+    for (const ParamInfo& p : params_->all()) {
+      const int64_t a = std::max(lo, p.offset), e = std::min(hi, p.offset + p.numel);
+      if (a < e) init_param_elements(config, p, seed, a - p.offset, e - a, shard_params_ + b.local + (a - lo));
+    }
+  }
+}
+
+// ---- step protocol -----------------------------------------------------------------------------
+
+void DataParallel::begin_step() {
+  if (opt_.zero < 2) {
+    params_->zero_grads();
+  } else {
+    std::memset(shard_grads_, 0, static_cast<size_t>(shard_size_) * sizeof(float));
+  }
+  // Stage 3: the shard changed at the last update, so gathered copies are stale.
+  for (ParamSlot& s : param_slots_) {
+    if (s.work) s.work->wait();
+    s = ParamSlot{s.data, -1, 0, nullptr, 0};
+  }
+  for (Bucket& b : buckets_) b.param_slot = -1;
+}
+
+void DataParallel::begin_micro_batch(bool last) {
+  last_micro_batch_ = last;
+  for (Bucket& b : buckets_) b.remaining = static_cast<int>(b.groups.size());
+}
+
+void DataParallel::begin_forward() { backward_ = false; }
+void DataParallel::begin_backward() { backward_ = true; }
+
+void DataParallel::launch_bucket(int k) {
+  Bucket& b = buckets_[k];
+  if (opt_.zero < 2) {
+    pending_.push_back(
+        comm_.all_reduce(params_->grads() + b.start, b.padded, DType::f32, ReduceOp::avg));
+    if (!opt_.overlap) pending_.back()->wait();
+    return;
+  }
+  GradSlot& s = grad_slots_[b.grad_slot];
+  s.work = comm_.reduce_scatter(s.data, s.reduced, b.slice, DType::f32, ReduceOp::avg);
+  grads_in_flight_.push_back(b.grad_slot);
+  if (!opt_.overlap) retire_grad_slot(b.grad_slot);
+}
+
+void DataParallel::retire_grad_slot(int slot) {
+  GradSlot& s = grad_slots_[slot];
+  s.work->wait();
+  Bucket& b = buckets_[s.bucket];
+  kernels::add_inplace(shard_grads_ + b.local, s.reduced, b.slice);  // accumulate micro-batches
+  b.grad_slot = -1;
+  s.bucket = -1;
+  s.work.reset();
+  grads_in_flight_.erase(std::find(grads_in_flight_.begin(), grads_in_flight_.end(), slot));
+}
+
+int DataParallel::free_grad_slot() {
+  for (int i = 0; i < static_cast<int>(grad_slots_.size()); ++i)
+    if (grad_slots_[i].bucket < 0) return i;
+  STRATA_CHECK(!grads_in_flight_.empty(), "DataParallel: no gradient staging slot can be freed");
+  const int oldest = grads_in_flight_.front();
+  retire_grad_slot(oldest);
+  return oldest;
+}
+
+void DataParallel::begin_grads(int group) {
+  if (opt_.zero < 2) return;  // resident gradients, zeroed at begin_step
+  const int k = bucket_of_group_[group];
+  Bucket& b = buckets_[k];
+  if (b.grad_slot >= 0) return;
+  const int slot = free_grad_slot();
+  GradSlot& s = grad_slots_[slot];
+  s.bucket = k;
+  b.grad_slot = slot;
+  std::memset(s.data, 0, static_cast<size_t>(b.padded) * sizeof(float));
+  for (int g : b.groups) params_->bind_group(g, nullptr, s.data + (params_->group_offset(g) - b.start));
+}
+
+void DataParallel::end_grads(int group) {
+  const int k = bucket_of_group_[group];
+  Bucket& b = buckets_[k];
+  if (--b.remaining > 0) return;
+  // Stages 0/1 reduce once, after the last micro-batch; stages 2/3 every micro-batch, since the
+  // full gradients exist only while their bucket is staged.
+  if (opt_.zero >= 2 || last_micro_batch_) launch_bucket(k);
+}
+
+void DataParallel::finish_gradients() {
+  for (const WorkHandle& w : pending_) w->wait();
+  pending_.clear();
+  while (!grads_in_flight_.empty()) retire_grad_slot(grads_in_flight_.front());
+}
+
+double DataParallel::grad_norm() {
+  if (opt_.zero < 2) return std::sqrt(kernels::sum_squares(params_->grads(), params_->size()));
+  float local = static_cast<float>(kernels::sum_squares(shard_grads_, shard_size_));
+  comm_.all_reduce(&local, 1, DType::f32, ReduceOp::sum)->wait();
+  return std::sqrt(static_cast<double>(local));
+}
+
+std::vector<OptimSegment> DataParallel::optimizer_segments() const {
+  if (opt_.zero == 0) return segments_for_all(*params_);
+  std::vector<OptimSegment> out;
+  for (const Bucket& b : buckets_) {
+    const int64_t lo = owned_begin(b), hi = lo + b.slice;
+    for (const ParamInfo& p : params_->all()) {
+      const int64_t a = std::max(lo, p.offset), e = std::min(hi, p.offset + p.numel);
+      if (a >= e) continue;
+      OptimSegment s;
+      s.count = e - a;
+      s.weight_decay = p.weight_decay;
+      s.state_offset = b.local + (a - lo);
+      s.param = opt_.zero >= 3 ? shard_params_ + s.state_offset : params_->data() + a;
+      s.grad = opt_.zero >= 2 ? shard_grads_ + s.state_offset : params_->grads() + a;
+      out.push_back(s);
+    }
+  }
+  return out;
+}
+
+int64_t DataParallel::optimizer_state_size() const {
+  return opt_.zero == 0 ? params_->size() : shard_size_;
+}
+
+void DataParallel::after_optimizer_step() {
+  if (opt_.zero != 1 && opt_.zero != 2) return;
+  std::vector<WorkHandle> works;
+  for (const Bucket& b : buckets_) {
+    float* base = params_->data() + b.start;
+    works.push_back(comm_.all_gather(base + rank_ * b.slice, base, b.slice, DType::f32));
+  }
+  wait_all(works);
+}
+
+// ---- stage 3: parameters on demand -------------------------------------------------------------
+
+void DataParallel::bind_bucket_params(int k, float* base) {
+  for (int g : buckets_[k].groups)
+    params_->bind_group(g, base + (params_->group_offset(g) - buckets_[k].start), nullptr);
+}
+
+int DataParallel::param_slot_for(int k, bool prefetch) {
+  Bucket& b = buckets_[k];
+  if (b.param_slot >= 0) return b.param_slot;
+  // Reuse the least recently used slot that nobody holds.
+  int victim = -1;
+  for (int i = 0; i < static_cast<int>(param_slots_.size()); ++i) {
+    const ParamSlot& s = param_slots_[i];
+    if (s.users > 0) continue;
+    if (victim < 0 || s.bucket < 0 || (param_slots_[victim].bucket >= 0 && s.last_use < param_slots_[victim].last_use))
+      victim = i;
+  }
+  if (victim < 0) {
+    STRATA_CHECK(prefetch, "DataParallel: every parameter staging slot is in use");
+    return -1;
+  }
+  ParamSlot& s = param_slots_[victim];
+  if (s.work) s.work->wait();
+  if (s.bucket >= 0) buckets_[s.bucket].param_slot = -1;
+  s.bucket = k;
+  s.last_use = ++clock_;
+  b.param_slot = victim;
+  s.work = comm_.all_gather(shard_params_ + b.local, s.data, b.slice, DType::f32);
+  return victim;
+}
+
+void DataParallel::acquire_params(int group) {
+  if (opt_.zero < 3) return;
+  const int k = bucket_of_group_[group];
+  const int slot = param_slot_for(k, /*prefetch=*/false);
+  ParamSlot& s = param_slots_[slot];
+  s.users++;
+  s.last_use = ++clock_;
+  if (s.work) {
+    s.work->wait();
+    s.work.reset();
+  }
+  bind_bucket_params(k, s.data);
+  // Prefetch the bucket the traversal reaches next: forward walks groups upwards, which is
+  // towards bucket 0; backward walks towards the last bucket.
+  const int next = backward_ ? k + 1 : k - 1;
+  if (next >= 0 && next < static_cast<int>(buckets_.size())) param_slot_for(next, /*prefetch=*/true);
+}
+
+void DataParallel::release_params(int group) {
+  if (opt_.zero < 3) return;
+  const int slot = buckets_[bucket_of_group_[group]].param_slot;
+  if (slot >= 0 && param_slots_[slot].users > 0) param_slots_[slot].users--;
+}
+
+// ---- checkpoints -------------------------------------------------------------------------------
+
+void DataParallel::gather_to_full(const float* local_shard, float* full) {
+  std::vector<WorkHandle> works;
+  for (const Bucket& b : buckets_)
+    works.push_back(comm_.all_gather(local_shard + b.local, full + b.start, b.slice, DType::f32));
+  wait_all(works);
+}
+
+void DataParallel::scatter_from_full(const float* full, float* local_shard) const {
+  for (const Bucket& b : buckets_)
+    std::memcpy(local_shard + b.local, full + owned_begin(b), static_cast<size_t>(b.slice) * sizeof(float));
+}
+
+}  // namespace strata

@@ -1,0 +1,129 @@
+// DataParallel: gradient synchronisation and ZeRO sharding over the data-parallel group.
+//
+// The flat parameter layout (ParamStore: groups in the order backward finishes them) is cut into
+// buckets of whole groups, each padded to a multiple of the dp size. Rank r owns the r-th equal
+// slice of every bucket; its "shard" is the concatenation of its slices (Ψ/N_d elements, plus
+// padding). Per ZeRO stage:
+//   0 (DDP)  resident params and grads; each bucket is all-reduced (average) as soon as backward
+//            finishes its last group on the last micro-batch, while backward continues.
+//   1        as 0, but AdamW state exists only for the shard; after the update each bucket's
+//            parameters are all-gathered.
+//   2        gradients are not resident: backward accumulates a bucket into a zeroed staging
+//            buffer, which is reduce-scattered (every micro-batch) into the shard's gradients.
+//   3        parameters are not resident either: a bucket is all-gathered into a staging buffer
+//            just before a group of it is used and the next bucket is prefetched while it
+//            computes; the shard alone is updated.
+// Staging buffers are accounted as "comm"; params/grads/optimizer then follow the ZeRO paper's
+// arithmetic exactly (up to padding).
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+#include "comm/comm.h"
+#include "core/arena.h"
+#include "model/config.h"
+#include "model/group_hooks.h"
+#include "model/params.h"
+#include "optim/adamw.h"
+
+namespace strata {
+
+struct DataParallelOptions {
+  int zero = 0;
+  int64_t bucket_elements = int64_t{25} << 18;  // 25 MB of f32
+  bool overlap = true;
+};
+
+class DataParallel : public GroupHooks {
+ public:
+  DataParallel(Comm& dp, const DataParallelOptions& options);
+
+  // From the Decoder's plan callback, before allocation: buckets, padding, residency.
+  void plan(ParamStore& params);
+  // After allocation: shards, staging buffers, bindings.
+  void setup(ParamStore& params, Arena& arena);
+
+  // Initial parameters: every element from (seed, name, index), so the result is the same model
+  // whatever the stage (stage 3 initialises only its shard).
+  void init_params(const ModelConfig& config, uint64_t seed);
+
+  // The step protocol around the micro-batches of one optimizer step.
+  void begin_step();
+  void begin_micro_batch(bool last);
+  void finish_gradients();  // every reduction done: averaged gradients (full or shard)
+  double grad_norm();       // global L2 norm over the dp group
+  std::vector<OptimSegment> optimizer_segments() const;
+  int64_t optimizer_state_size() const;
+  void after_optimizer_step();  // all-gather updated parameters (stages 1, 2)
+
+  // Checkpoints hold global tensors: full-layout copies of sharded buffers and back.
+  // (`local` is the shard for sharded buffers; the full-layout buffer has params.size() elements.)
+  void gather_to_full(const float* local_shard, float* full);
+  void scatter_from_full(const float* full, float* local_shard) const;
+  bool params_sharded() const { return opt_.zero >= 3; }
+  bool optimizer_sharded() const { return opt_.zero >= 1; }
+  float* shard_params() const { return shard_params_; }
+  int64_t shard_size() const { return shard_size_; }
+  int zero_stage() const { return opt_.zero; }
+  int num_buckets() const { return static_cast<int>(buckets_.size()); }
+
+  // GroupHooks
+  void begin_forward() override;
+  void begin_backward() override;
+  void acquire_params(int group) override;
+  void release_params(int group) override;
+  void begin_grads(int group) override;
+  void end_grads(int group) override;
+
+ private:
+  struct Bucket {
+    std::vector<int> groups;  // in layout order (descending group index)
+    int64_t start = 0;        // flat offset of the first element
+    int64_t padded = 0;       // elements including padding (a multiple of the dp size)
+    int64_t slice = 0;        // padded / dp: each rank's share
+    int64_t local = 0;        // offset of this rank's slice in the shard
+    int remaining = 0;        // groups whose gradients are not yet final this micro-batch
+    int grad_slot = -1;       // staging slot holding its gradients (stages 2, 3)
+    int param_slot = -1;      // staging slot holding its gathered parameters (stage 3)
+  };
+  struct GradSlot {
+    float* data = nullptr;    // padded bucket of full gradients
+    float* reduced = nullptr; // this rank's reduced slice
+    int bucket = -1;
+    WorkHandle work;
+  };
+  struct ParamSlot {
+    float* data = nullptr;
+    int bucket = -1;
+    int users = 0;
+    WorkHandle work;
+    int64_t last_use = 0;
+  };
+
+  void launch_bucket(int k);
+  int free_grad_slot();
+  void retire_grad_slot(int slot);
+  int param_slot_for(int k, bool prefetch);
+  void bind_bucket_params(int k, float* base);
+  int64_t owned_begin(const Bucket& b) const { return b.start + rank_ * b.slice; }
+
+  Comm& comm_;
+  DataParallelOptions opt_;
+  ParamStore* params_ = nullptr;
+  int rank_ = 0, size_ = 1;
+  std::vector<Bucket> buckets_;
+  std::vector<int> bucket_of_group_;
+  int64_t shard_size_ = 0, max_padded_ = 0;
+  float* shard_params_ = nullptr;  // stage 3
+  float* shard_grads_ = nullptr;   // stages 2, 3
+  std::vector<GradSlot> grad_slots_;
+  std::deque<int> grads_in_flight_;  // slots, oldest first
+  std::vector<ParamSlot> param_slots_;
+  std::vector<WorkHandle> pending_;  // all-reduces of stages 0 and 1
+  bool last_micro_batch_ = true;
+  bool backward_ = false;
+  int64_t clock_ = 0;
+};
+
+}  // namespace strata
