@@ -2,6 +2,9 @@
 #include <string>
 #include <vector>
 
+#include "comm/layout.h"
+#include "comm/mpi_runtime.h"
+#include "comm/process_groups.h"
 #include "commands.h"
 #include "train/config.h"
 #include "train/trainer.h"
@@ -21,7 +24,23 @@ Command add_train_command(CLI::App& parent) {
       ->take_all()
       ->expected(1);
   return {app, [args] {
-            Trainer trainer(load_config(args->config, args->overrides));
+            RunConfig config = load_config(args->config, args->overrides);
+            const RankEnv env = detect_rank_env();
+            if (env.launcher == "none" && config.parallel.tp * config.parallel.pp *
+                                                  std::max<int64_t>(1, config.parallel.dp) == 1) {
+              Trainer trainer(std::move(config));  // one process: no MPI at all
+              trainer.run();
+              return 0;
+            }
+            // One rank of a job (mpirun, srun, or strata launch): the layout is checked
+            // against the world size before any work starts.
+            MpiSession mpi;
+            const ParallelConfig& p = config.parallel;
+            const Layout layout =
+                resolve_layout(static_cast<int>(p.tp), static_cast<int>(p.pp), static_cast<int>(p.dp),
+                               static_cast<int>(p.zero), mpi_world_size());
+            ProcessGroups groups = ProcessGroups::create(layout);
+            Trainer trainer(std::move(config), &groups);
             trainer.run();
             return 0;
           }};

@@ -60,15 +60,16 @@ TEST(Engine, ManyInFlightCompleteInIssueOrder) {
   std::vector<WorkHandle> works;
   for (int k = 0; k < kOps; ++k)
     works.push_back(comm.all_reduce(bufs[k].data(), counts[k], DType::f32, ReduceOp::sum));
-  // Watch completions: whenever op k is complete, every earlier op must be too.
+  // Watch completions: once op k is seen complete, every earlier op must be complete too (checked
+  // latest first, so that a completion between two test() calls cannot look like a violation).
   int violations = 0;
   for (bool all = false; !all;) {
     all = true;
-    bool seen_incomplete = false;
-    for (int k = 0; k < kOps; ++k) {
+    bool later_done = false;
+    for (int k = kOps - 1; k >= 0; --k) {
       const bool done = works[k]->test();
-      if (done && seen_incomplete) ++violations;
-      seen_incomplete |= !done;
+      if (!done && later_done) ++violations;
+      later_done |= done;
       all &= done;
     }
   }

@@ -1,0 +1,265 @@
+// Communication benchmark (run under mpirun, e.g. -np 2; see docs/COMM.md for the exact command):
+//  1. Bus bandwidth of all_reduce, reduce_scatter, all_gather and broadcast through strata's Comm
+//     (issue + wait, the progress engine doing the MPI work) next to the raw blocking MPI call on
+//     the same preallocated buffers, 4 KB .. 64 MB, with the ratio. NCCL-tests definitions: size
+//     is the full buffer (all_gather: the gathered output; reduce_scatter: the input), algbw =
+//     size / time, busbw = algbw * 2(n-1)/n (all_reduce), algbw * (n-1)/n (reduce_scatter,
+//     all_gather), algbw (broadcast). Time is the slowest rank's mean over the iterations.
+//  2. Overlap: a 32 MB all_reduce issued, then a fixed GEMM-like compute loop sized to take about
+//     as long as the all_reduce alone, then wait: compute alone, comm alone, both, and the fraction
+//     of communication hidden = (comm + compute - both) / comm, for each poll policy.
+// Options: --quick (fewer sizes and iterations), --poll <policy,...> (policies for part 2; the
+// first one also runs part 1), --max-mb N (largest size of part 1), --overlap-only.
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/mpi_comm.h"
+#include "comm/mpi_runtime.h"
+#include "comm/progress_engine.h"
+
+namespace {
+
+using strata::CommOp;
+using strata::DType;
+using strata::MpiComm;
+using strata::ReduceOp;
+
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+struct Options {
+  bool quick = false;
+  bool overlap_only = false;
+  int64_t max_bytes = int64_t{64} << 20;
+  std::vector<std::string> polls = {"adaptive", "sleep:50", "yield", "spin"};
+};
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--quick") {
+      o.quick = true;
+    } else if (a == "--overlap-only") {
+      o.overlap_only = true;
+    } else if (a == "--max-mb" && i + 1 < argc) {
+      o.max_bytes = std::atoll(argv[++i]) << 20;
+    } else if (a == "--poll" && i + 1 < argc) {
+      o.polls.clear();
+      std::string list = argv[++i];
+      for (size_t p = 0; p <= list.size();) {
+        const size_t q = std::min(list.find(',', p), list.size());
+        o.polls.push_back(list.substr(p, q - p));
+        p = q + 1;
+      }
+    } else {
+      std::fprintf(stderr,
+                   "usage: bench_comm [--quick] [--poll p1,p2,...] [--max-mb N] [--overlap-only]\n");
+      std::exit(2);
+    }
+  }
+  return o;
+}
+
+// The slowest rank's value: a collective is as fast as its last rank.
+double max_over_ranks(double v) {
+  double m = 0;
+  MPI_Allreduce(&v, &m, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return m;
+}
+
+// Mean seconds per call of fn over iters calls (after warmup), the slowest rank's.
+double time_per_call(const std::function<void()>& fn, int iters, int warmup) {
+  for (int i = 0; i < warmup; ++i) fn();
+  MPI_Barrier(MPI_COMM_WORLD);
+  const double t0 = now();
+  for (int i = 0; i < iters; ++i) fn();
+  return max_over_ranks((now() - t0) / iters);
+}
+
+// Buffers for every size, allocated and touched once (first touch of fresh memory is slow).
+struct Buffers {
+  std::vector<float> a, b;
+  explicit Buffers(int64_t bytes)
+      : a(static_cast<size_t>(bytes / 4), 1.0f), b(static_cast<size_t>(bytes / 4), 1.0f) {}
+};
+
+struct OpBench {
+  CommOp op;
+  double bus_factor;  // busbw / algbw
+  std::function<void(int64_t)> comm;  // size in bytes: issue through Comm and wait
+  std::function<void(int64_t)> raw;   // the same through the blocking MPI call
+};
+
+void bandwidth_table(MpiComm& comm, MPI_Comm raw_comm, Buffers& buf, const Options& opt) {
+  const int n = comm.size();
+  const double nf = n;
+  float* a = buf.a.data();
+  float* b = buf.b.data();
+  std::vector<OpBench> ops = {
+      {CommOp::all_reduce, 2 * (nf - 1) / nf,
+       [&](int64_t bytes) { comm.all_reduce(a, bytes / 4, DType::f32, ReduceOp::sum)->wait(); },
+       [&](int64_t bytes) {
+         MPI_Allreduce(MPI_IN_PLACE, a, static_cast<int>(bytes / 4), MPI_FLOAT, MPI_SUM, raw_comm);
+       }},
+      {CommOp::reduce_scatter, (nf - 1) / nf,
+       [&](int64_t bytes) {
+         comm.reduce_scatter(a, b, bytes / 4 / n, DType::f32, ReduceOp::sum)->wait();
+       },
+       [&](int64_t bytes) {
+         MPI_Reduce_scatter_block(a, b, static_cast<int>(bytes / 4 / n), MPI_FLOAT, MPI_SUM,
+                                  raw_comm);
+       }},
+      {CommOp::all_gather, (nf - 1) / nf,
+       [&](int64_t bytes) { comm.all_gather(a, b, bytes / 4 / n, DType::f32)->wait(); },
+       [&](int64_t bytes) {
+         const int c = static_cast<int>(bytes / 4 / n);
+         MPI_Allgather(a, c, MPI_FLOAT, b, c, MPI_FLOAT, raw_comm);
+       }},
+      {CommOp::broadcast, 1.0,
+       [&](int64_t bytes) { comm.broadcast(a, bytes / 4, DType::f32, 0)->wait(); },
+       [&](int64_t bytes) { MPI_Bcast(a, static_cast<int>(bytes / 4), MPI_FLOAT, 0, raw_comm); }},
+  };
+  if (comm.rank() == 0) {
+    std::printf("\n## Bus bandwidth, %d ranks, f32, poll policy %s (GB/s = 1e9 B/s)\n", n,
+                strata::comm::ProgressEngine::get().poll_policy().describe().c_str());
+    std::printf("%-15s %10s %12s %12s %12s %12s %7s\n", "op", "size", "comm us", "comm busbw",
+                "raw us", "raw busbw", "ratio");
+  }
+  for (const OpBench& ob : ops) {
+    for (int64_t bytes = 4096; bytes <= opt.max_bytes; bytes *= opt.quick ? 16 : 4) {
+      // About 0.1 s (quick: 0.03 s) of work per measurement, at least 3 iterations.
+      const int64_t budget = opt.quick ? (int64_t{64} << 20) : (int64_t{512} << 20);
+      const int iters = static_cast<int>(std::clamp<int64_t>(budget / bytes, 3, 2000));
+      const int warmup = std::max(1, iters / 10);
+      const double t_comm = time_per_call([&] { ob.comm(bytes); }, iters, warmup);
+      const double t_raw = time_per_call([&] { ob.raw(bytes); }, iters, warmup);
+      const double bus_comm = static_cast<double>(bytes) / t_comm * ob.bus_factor / 1e9;
+      const double bus_raw = static_cast<double>(bytes) / t_raw * ob.bus_factor / 1e9;
+      if (comm.rank() == 0) {
+        const std::string size = bytes >= (1 << 20) ? std::to_string(bytes >> 20) + " MB"
+                                                    : std::to_string(bytes >> 10) + " KB";
+        std::printf("%-15s %10s %12.1f %12.2f %12.1f %12.2f %7.2f\n",
+                    strata::comm_op_name(ob.op), size.c_str(), t_comm * 1e6, bus_comm,
+                    t_raw * 1e6, bus_raw, bus_comm / bus_raw);
+        std::fflush(stdout);
+      }
+    }
+  }
+}
+
+// A GEMM-like compute loop: repeated 64x64x64 products on cache-resident matrices, so that it
+// competes with communication for the CPU but not for memory bandwidth.
+struct Compute {
+  static constexpr int kN = 64;
+  std::vector<float> A = std::vector<float>(kN * kN, 0.5f), B = std::vector<float>(kN * kN, 0.25f),
+                     C = std::vector<float>(kN * kN, 0.0f);
+  void run(int64_t products) {
+    for (int64_t p = 0; p < products; ++p) {
+      for (int i = 0; i < kN; ++i)
+        for (int k = 0; k < kN; ++k) {
+          const float aik = A[i * kN + k];
+          for (int j = 0; j < kN; ++j) C[i * kN + j] += aik * B[k * kN + j];
+        }
+      A[p % (kN * kN)] = C[(p * 7) % (kN * kN)] * 1e-6f;  // a dependency: no loop is dead
+    }
+  }
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+void overlap_demo(MpiComm& comm, MPI_Comm raw_comm, Buffers& buf, const Options& opt) {
+  const int64_t count = (int64_t{32} << 20) / 4;  // 32 MB of f32
+  float* a = buf.a.data();
+  auto& engine = strata::comm::ProgressEngine::get();
+  Compute compute;
+  const int reps = opt.quick ? 3 : 7;
+
+  // Calibrate: products per second of this rank's compute alone; rank 0's count is used by all.
+  compute.run(200);
+  const double t0 = now();
+  compute.run(2000);
+  const double products_per_s = 2000 / (now() - t0);
+
+  const double t_raw = median([&] {
+    std::vector<double> v;
+    for (int r = 0; r < reps; ++r)
+      v.push_back(time_per_call(
+          [&] { MPI_Allreduce(MPI_IN_PLACE, a, static_cast<int>(count), MPI_FLOAT, MPI_SUM, raw_comm); },
+          1, 1));
+    return v;
+  }());
+  if (comm.rank() == 0) {
+    std::printf("\n## Overlap: 32 MB f32 all_reduce + GEMM-like compute (64x64x64 products), %d ranks\n",
+                comm.size());
+    std::printf("raw blocking MPI_Allreduce of 32 MB: %.2f ms\n", t_raw * 1e3);
+    std::printf("%-16s %10s %10s %10s %10s %10s %12s\n", "poll policy", "comm ms", "compute ms",
+                "both ms", "ideal ms", "hidden", "exposed ms");
+  }
+  for (const std::string& policy : opt.polls) {
+    engine.set_poll_policy(strata::comm::PollPolicy::parse(policy));
+    auto all_reduce = [&] { return comm.all_reduce(a, count, DType::f32, ReduceOp::sum); };
+    std::vector<double> tc, tx, tb, exposed;
+    const double t_comm_est = time_per_call([&] { all_reduce()->wait(); }, 2, 1);
+    // Compute sized to take as long as the all_reduce alone (the best case for hiding it).
+    int64_t products = static_cast<int64_t>(t_comm_est * products_per_s);
+    MPI_Bcast(&products, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
+    for (int r = 0; r < reps; ++r) {
+      tc.push_back(time_per_call([&] { all_reduce()->wait(); }, 1, 0));
+      tx.push_back(time_per_call([&] { compute.run(products); }, 1, 0));
+      comm.reset_stats();
+      tb.push_back(time_per_call(
+          [&] {
+            strata::WorkHandle w = all_reduce();
+            compute.run(products);
+            w->wait();
+          },
+          1, 0));
+      exposed.push_back(max_over_ranks(comm.stats()[CommOp::all_reduce].wait_seconds));
+    }
+    const double c = median(tc), x = median(tx), b = median(tb);
+    const double hidden = (c + x - b) / c;
+    if (comm.rank() == 0) {
+      std::printf("%-16s %10.2f %10.2f %10.2f %10.2f %9.0f%% %12.2f\n", policy.c_str(), c * 1e3,
+                  x * 1e3, b * 1e3, std::max(c, x) * 1e3, 100 * hidden, median(exposed) * 1e3);
+      std::fflush(stdout);
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  strata::MpiSession mpi(&argc, &argv);
+  const Options opt = parse(argc, argv);
+  std::unique_ptr<MpiComm> comm = MpiComm::dup_world("bench");
+  MPI_Comm raw_comm;
+  MPI_Comm_dup(MPI_COMM_WORLD, &raw_comm);
+  Buffers buf(std::max<int64_t>(opt.max_bytes, int64_t{32} << 20));
+  if (comm->rank() == 0) {
+    const char* tunables = std::getenv("GLIBC_TUNABLES");
+    std::printf("# bench_comm: %d ranks, OMP_NUM_THREADS=%s, GLIBC_TUNABLES=%s\n", comm->size(),
+                std::getenv("OMP_NUM_THREADS") ? std::getenv("OMP_NUM_THREADS") : "unset",
+                tunables ? tunables : "unset");
+  }
+  strata::comm::ProgressEngine::get().set_poll_policy(
+      strata::comm::PollPolicy::parse(opt.polls.front()));
+  if (!opt.overlap_only) bandwidth_table(*comm, raw_comm, buf, opt);
+  overlap_demo(*comm, raw_comm, buf, opt);
+  MPI_Comm_free(&raw_comm);
+  comm.reset();
+  return 0;
+}
