@@ -10,8 +10,8 @@
 # (slurmctld port, default 6817; slurmd uses the next one), STRATA_SLURM_TIMEOUT (seconds to wait
 # for the node to become idle, default 60).
 # Exit status: 0 when the node is idle (also when an instance from the same directory already
-# runs: that is reported, and the file "$dir/started" is then not rewritten); 1 otherwise, with
-# the reason and the tail of the daemon logs.
+# runs, which is then reused and reported); 1 otherwise, with the reason and the tail of the
+# daemon logs. Needs root, or sudo without a password.
 set -euo pipefail
 
 dir=${STRATA_SLURM_DIR:-/tmp/strata-slurm}
@@ -34,7 +34,8 @@ alive() {
   local pidfile=$1 prog=$2 pid
   [ -s "$pidfile" ] || return 1
   pid=$(cat "$pidfile")
-  [ -r "/proc/$pid/comm" ] && [ "$(cat "/proc/$pid/comm")" = "$prog" ]
+  [ -r "/proc/$pid/comm" ] && [ "$(cat "/proc/$pid/comm")" = "$prog" ] &&
+    [ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" != Z ]  # a zombie is gone
 }
 
 # 1. Packages (Debian's), only when missing.
@@ -52,6 +53,7 @@ export SLURM_CONF="$conf"
 if alive "$dir/slurmctld.pid" slurmctld && alive "$dir/slurmd.pid" slurmd &&
    sinfo -h -o %T 2>/dev/null | grep -q idle; then
   say "already running from $dir"
+  echo "export SLURM_CONF=$conf" >"$dir/env.sh"
   echo "export SLURM_CONF=$conf"
   exit 0
 fi

@@ -44,8 +44,8 @@ struct CommOpStats {
   // Bytes this rank contributed (send side): all_reduce and broadcast their buffer,
   // reduce_scatter its whole input, all_gather its own block, send and recv the message.
   int64_t bytes = 0;
-  double seconds = 0;      // from issue to completion, as the progress engine saw it
-  double wait_seconds = 0; // time callers spent blocked in wait(): exposed communication
+  double seconds = 0;       // from issue to completion, as the progress engine saw it
+  double wait_seconds = 0;  // time callers spent blocked in wait(): exposed communication
 };
 struct CommStats {
   std::array<CommOpStats, kNumCommOps> ops{};

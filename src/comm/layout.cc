@@ -21,8 +21,8 @@ std::string divisors_text(int n) {
 }  // namespace
 
 Layout::Coord Layout::coord(int world_rank) const {
-  STRATA_CHECK(world_rank >= 0 && world_rank < world(), "layout ", describe(),
-               ": world rank ", world_rank, " is outside 0..", world() - 1);
+  STRATA_CHECK(world_rank >= 0 && world_rank < world(), "layout ", describe(), ": world rank ",
+               world_rank, " is outside 0..", world() - 1);
   Coord c;
   c.tp = world_rank % tp;
   c.dp = (world_rank / tp) % dp;
@@ -45,8 +45,8 @@ Layout resolve_layout(int tp, int pp, int dp, int zero, int world_size) {
   STRATA_CHECK(world_size >= 1, "parallel layout: world size ", world_size, " must be >= 1");
   STRATA_CHECK(tp >= 1, "parallel.tp must be >= 1 (got ", tp, ")");
   STRATA_CHECK(pp >= 1, "parallel.pp must be >= 1 (got ", pp, ")");
-  STRATA_CHECK(dp >= 0, "parallel.dp must be >= 1, or 0 to derive it from the world size (got ",
-               dp, ")");
+  STRATA_CHECK(dp >= 0, "parallel.dp must be >= 1, or 0 to derive it from the world size (got ", dp,
+               ")");
   STRATA_CHECK(zero >= 0 && zero <= 3, "parallel.zero must be 0, 1, 2 or 3 (got ", zero, ")");
   const int model = tp * pp;
   if (world_size % model != 0) {

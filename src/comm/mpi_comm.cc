@@ -52,11 +52,21 @@ std::unique_ptr<MpiComm> MpiComm::dup_world(const std::string& group_name) {
   return std::make_unique<MpiComm>(dup, group_name);
 }
 
-int MpiComm::rank() const { return group_->rank; }
-int MpiComm::size() const { return group_->size; }
-const std::string& MpiComm::name() const { return group_->name; }
-const std::vector<int>& MpiComm::world_ranks() const { return group_->world_ranks; }
-MPI_Comm MpiComm::handle() const { return group_->comm; }
+int MpiComm::rank() const {
+  return group_->rank;
+}
+int MpiComm::size() const {
+  return group_->size;
+}
+const std::string& MpiComm::name() const {
+  return group_->name;
+}
+const std::vector<int>& MpiComm::world_ranks() const {
+  return group_->world_ranks;
+}
+MPI_Comm MpiComm::handle() const {
+  return group_->comm;
+}
 
 int MpiComm::world_rank_of(int group_rank) const {
   STRATA_CHECK(group_rank >= 0 && group_rank < size(), "comm: group '", name(), "' has ", size(),
@@ -198,7 +208,9 @@ void MpiComm::barrier() {
   submit(a)->wait();
 }
 
-void MpiComm::set_step(int64_t step) { group_->step.store(step); }
+void MpiComm::set_step(int64_t step) {
+  group_->step.store(step);
+}
 
 void MpiComm::set_timeout(double seconds) {
   STRATA_CHECK(seconds > 0, "comm: timeout for group '", name(), "' must be positive (got ",
@@ -206,7 +218,9 @@ void MpiComm::set_timeout(double seconds) {
   group_->timeout_seconds.store(seconds);
 }
 
-double MpiComm::timeout() const { return group_->timeout_seconds.load(); }
+double MpiComm::timeout() const {
+  return group_->timeout_seconds.load();
+}
 
 CommStats MpiComm::stats() const {
   std::lock_guard<std::mutex> lock(group_->stats_mutex);

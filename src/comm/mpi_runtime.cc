@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "comm/mpi_types.h"
+#include "comm/nbc_tuning.h"
 #include "comm/progress_engine.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -71,13 +72,13 @@ RankEnv detect_rank_env(const std::function<const char*(const char*)>& getenv_fn
     env.world_size = 0;
   }
   STRATA_CHECK(env.world_size == 0 || env.rank < env.world_size, "launcher environment (",
-               env.launcher, "): rank ", env.rank, " is not below the world size ",
-               env.world_size);
+               env.launcher, "): rank ", env.rank, " is not below the world size ", env.world_size);
   return env;
 }
 
 RankEnv detect_rank_env() {
-  return detect_rank_env([](const char* name) { return static_cast<const char*>(std::getenv(name)); });
+  return detect_rank_env(
+      [](const char* name) { return static_cast<const char*>(std::getenv(name)); });
 }
 
 void mpi_init(int* argc, char*** argv) {
@@ -98,6 +99,7 @@ void mpi_init(int* argc, char*** argv) {
                "with thread support (Open MPI >= 3 has it: `ompi_info | grep -i thread`)",
                initialised ? " and initialise it with MPI_Init_thread(MPI_THREAD_MULTIPLE)" : "");
   comm::create_mpi_types();
+  comm::init_nbc_tuning();
   if (mpi_world_size() > 1) log::set_rank(mpi_world_rank());
 }
 
@@ -105,6 +107,7 @@ void mpi_finalize() {
   if (!mpi_active()) return;
   comm::ProgressEngine::shutdown();
   comm::free_mpi_types();
+  comm::free_nbc_tuning();
   if (g_we_initialised) MPI_Finalize();
 }
 

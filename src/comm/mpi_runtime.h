@@ -10,8 +10,8 @@ namespace strata {
 
 struct RankEnv {
   int rank = 0;
-  int local_rank = 0;      // rank among the processes of this node
-  int world_size = 1;      // 0 when the launcher does not say (PMIx alone)
+  int local_rank = 0;             // rank among the processes of this node
+  int world_size = 1;             // 0 when the launcher does not say (PMIx alone)
   std::string launcher = "none";  // "mpirun" | "srun" | "none"
 };
 

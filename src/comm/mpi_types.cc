@@ -15,7 +15,9 @@ MPI_Op g_bf16_sum = MPI_OP_NULL, g_bf16_max = MPI_OP_NULL;
 MPI_Op g_f16_sum = MPI_OP_NULL, g_f16_max = MPI_OP_NULL;
 
 // max that propagates NaN from either side (MPI_MAX on floats leaves NaN order-dependent).
-inline float nan_max(float a, float b) { return (a > b || std::isnan(a)) ? a : b; }
+inline float nan_max(float a, float b) {
+  return (a > b || std::isnan(a)) ? a : b;
+}
 
 template <float (*ToF32)(uint16_t), uint16_t (*FromF32)(float), bool kMax>
 void half_op(void* in, void* inout, int* len, MPI_Datatype*) {
@@ -40,8 +42,10 @@ void create_mpi_types() {
   check_mpi(MPI_Type_commit(&g_bf16), "MPI_Type_commit (bf16)");
   check_mpi(MPI_Type_contiguous(2, MPI_BYTE, &g_f16), "MPI_Type_contiguous (f16)");
   check_mpi(MPI_Type_commit(&g_f16), "MPI_Type_commit (f16)");
-  check_mpi(MPI_Op_create(&half_op<bf16_to_f32, f32_to_bf16, false>, 1, &g_bf16_sum), "MPI_Op_create");
-  check_mpi(MPI_Op_create(&half_op<bf16_to_f32, f32_to_bf16, true>, 1, &g_bf16_max), "MPI_Op_create");
+  check_mpi(MPI_Op_create(&half_op<bf16_to_f32, f32_to_bf16, false>, 1, &g_bf16_sum),
+            "MPI_Op_create");
+  check_mpi(MPI_Op_create(&half_op<bf16_to_f32, f32_to_bf16, true>, 1, &g_bf16_max),
+            "MPI_Op_create");
   check_mpi(MPI_Op_create(&half_op<f16_to_f32, f32_to_f16, false>, 1, &g_f16_sum), "MPI_Op_create");
   check_mpi(MPI_Op_create(&half_op<f16_to_f32, f32_to_f16, true>, 1, &g_f16_max), "MPI_Op_create");
 }

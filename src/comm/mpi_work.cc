@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "comm/mpi_types.h"
+#include "comm/nbc_tuning.h"
 #include "comm/progress_engine.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -23,11 +24,11 @@ void PendingOp::wait() {
   if (!done()) {
     const Clock::time_point start = Clock::now();
     const double timeout = group_->timeout_seconds.load();
-    if (!ProgressEngine::get().wait_done(*this, start + std::chrono::duration_cast<Clock::duration>(
-                                                        std::chrono::duration<double>(timeout))))
+    if (!ProgressEngine::get().wait_done(*this,
+                                         start + std::chrono::duration_cast<Clock::duration>(
+                                                     std::chrono::duration<double>(timeout))))
       timeout_exit(timeout);
-    group_->count_wait(args_.kind,
-                       std::chrono::duration<double>(Clock::now() - start).count());
+    group_->count_wait(args_.kind, std::chrono::duration<double>(Clock::now() - start).count());
   }
   rethrow_failure();
 }
@@ -42,6 +43,7 @@ int PendingOp::issue(MPI_Request* request) {
   const void* send = args_.send ? args_.send : MPI_IN_PLACE;
   switch (args_.kind) {
     case CommOp::all_reduce:
+      tune_iallreduce(args_.bytes, args_.count, group_->size);
       return MPI_Iallreduce(MPI_IN_PLACE, args_.recv, args_.count, type,
                             mpi_reduce_op(args_.dtype, args_.op), comm, request);
     case CommOp::reduce_scatter:

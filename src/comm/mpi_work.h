@@ -36,9 +36,9 @@ class PendingOp final : public Work {
   void wait() override;
 
   // Progress engine side (its thread only, except where noted).
-  int issue(MPI_Request* request);        // the MPI_I* call; returns its error code
-  void on_mpi_complete(int mpi_error);    // avg scaling, or the failure's message
-  void retire();                          // under the engine's lock: visible to waiters
+  int issue(MPI_Request* request);      // the MPI_I* call; returns its error code
+  void on_mpi_complete(int mpi_error);  // avg scaling, or the failure's message
+  void retire();                        // under the engine's lock: visible to waiters
   bool mpi_done() const { return mpi_done_.load(std::memory_order_acquire); }  // any thread
   bool done() const { return done_.load(std::memory_order_acquire); }          // any thread
   const GroupState* group() const { return group_.get(); }

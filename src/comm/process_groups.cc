@@ -23,8 +23,8 @@ ProcessGroups ProcessGroups::create(const Layout& layout) {
   STRATA_CHECK(mpi_active(), "ProcessGroups::create: call mpi_init first");
   const int world_size = mpi_world_size();
   STRATA_CHECK(layout.world() == world_size, "parallel layout ", layout.describe(), " needs ",
-               layout.world(), " ranks, but this job has ", world_size,
-               " (launch with mpirun -np ", layout.world(), " or change parallel.*)");
+               layout.world(), " ranks, but this job has ", world_size, " (launch with mpirun -np ",
+               layout.world(), " or change parallel.*)");
   ProcessGroups g;
   g.layout_ = layout;
   g.world_ = MpiComm::dup_world("world");

@@ -22,8 +22,8 @@ double parse_us(std::string_view text, std::string_view whole) {
   const std::string s(text);
   char* end = nullptr;
   const double v = std::strtod(s.c_str(), &end);
-  STRATA_CHECK(!s.empty() && end == s.c_str() + s.size() && v >= 0 && v < 1e6,
-               "comm poll policy '", whole, "': '", text, "' is not a time in microseconds");
+  STRATA_CHECK(!s.empty() && end == s.c_str() + s.size() && v >= 0 && v < 1e6, "comm poll policy '",
+               whole, "': '", text, "' is not a time in microseconds");
   return v;
 }
 }  // namespace
@@ -109,7 +109,11 @@ void ProgressEngine::submit(std::shared_ptr<PendingOp> op) {
 
 bool ProgressEngine::wait_done(const PendingOp& op, Clock::time_point deadline) {
   std::unique_lock<std::mutex> lock(mutex_);
-  return done_cv_.wait_until(lock, deadline, [&] { return op.done(); });
+  ++waiters_;
+  queue_cv_.notify_one();  // a sleeping engine switches to polling hard
+  const bool done = done_cv_.wait_until(lock, deadline, [&] { return op.done(); });
+  --waiters_;
+  return done;
 }
 
 std::string ProgressEngine::earliest_pending(const PendingOp& op) {
@@ -143,12 +147,14 @@ void ProgressEngine::run() {
   Clock::time_point last_progress = Clock::now();
   for (;;) {
     PollPolicy policy;
+    bool waited_on = false;
     {
       std::unique_lock<std::mutex> lock(mutex_);
       if (in_flight_.empty()) queue_cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
       if (stop_) break;
       incoming.swap(queue_);
       policy = policy_;
+      waited_on = waiters_ > 0;
     }
     bool progress = !incoming.empty();
     issue_new(incoming);
@@ -159,16 +165,17 @@ void ProgressEngine::run() {
     }
     if (in_flight_.empty()) continue;
 
+    using Mode = PollPolicy::Mode;
+    // A blocked caller means the communication is exposed: take the CPU (but yield it).
+    const Mode mode = waited_on && policy.mode != Mode::spin ? Mode::yield : policy.mode;
     const auto since = std::chrono::duration<double, std::micro>(Clock::now() - last_progress);
-    const bool sleep = policy.mode == PollPolicy::Mode::sleep ||
-                       (policy.mode == PollPolicy::Mode::adaptive && since.count() >= policy.spin_us);
-    if (policy.mode == PollPolicy::Mode::yield) {
+    if (mode == Mode::yield) {
       sched_yield();
-    } else if (sleep) {
-      // A submission wakes the engine early, so a new operation is issued at once.
+    } else if (mode == Mode::sleep || (mode == Mode::adaptive && since.count() >= policy.spin_us)) {
+      // A submission or a new waiter wakes the engine early.
       std::unique_lock<std::mutex> lock(mutex_);
       queue_cv_.wait_for(lock, std::chrono::duration<double, std::micro>(policy.sleep_us),
-                         [&] { return stop_ || !queue_.empty(); });
+                         [&] { return stop_ || !queue_.empty() || waiters_ > 0; });
     }
   }
 
@@ -235,8 +242,8 @@ bool ProgressEngine::test_in_flight() {
   if (outcount == MPI_UNDEFINED) return false;
   for (int k = 0; k < outcount; ++k) {
     const size_t i = static_cast<size_t>(indices_[static_cast<size_t>(k)]);
-    const int err = rc == MPI_ERR_IN_STATUS ? statuses_[static_cast<size_t>(k)].MPI_ERROR
-                                            : MPI_SUCCESS;
+    const int err =
+        rc == MPI_ERR_IN_STATUS ? statuses_[static_cast<size_t>(k)].MPI_ERROR : MPI_SUCCESS;
     in_flight_[i]->on_mpi_complete(err);
     requests_[i] = MPI_REQUEST_NULL;
   }
@@ -247,10 +254,11 @@ void ProgressEngine::retire_in_order() {
   bool retired = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    std::vector<const GroupState*> blocked;  // groups with an earlier operation still running
+    std::vector<const void*>& blocked = blocked_groups_;  // groups with an earlier op running
+    blocked.clear();
     size_t kept = 0;
     for (size_t i = 0; i < in_flight_.size(); ++i) {
-      const GroupState* group = in_flight_[i]->group();
+      const void* group = in_flight_[i]->group();
       const bool is_blocked = std::find(blocked.begin(), blocked.end(), group) != blocked.end();
       if (!is_blocked && in_flight_[i]->mpi_done()) {
         in_flight_[i]->retire();

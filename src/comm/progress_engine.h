@@ -12,8 +12,11 @@
 // its group issued before it, so waiting on the last of several implies all of them (the order
 // data-parallel bucketing relies on). Different groups complete independently.
 //
-// Polling: blocks on the queue when nothing is in flight (no CPU when idle). With operations in
-// flight the PollPolicy decides how hard to poll; see docs/COMM.md for the measurements.
+// Polling: blocks on the queue when nothing is in flight (no CPU when idle). While a caller is
+// blocked in wait(), nothing on this rank computes, so the engine polls hard (MPI_Testsome, then
+// sched_yield so that an oversubscribed core still turns over). While operations are in flight
+// and nobody waits, the caller is computing and the PollPolicy decides how much CPU polling may
+// take from it; see docs/COMM.md for the measurements behind the default.
 #pragma once
 #include <mpi.h>
 
@@ -34,9 +37,11 @@ struct PollPolicy {
   enum class Mode : uint8_t {
     spin,      // MPI_Testsome back to back: lowest latency, steals a core
     yield,     // sched_yield() between polls
-    sleep,     // sleep sleep_us between polls (woken early by a new submission)
+    sleep,     // sleep sleep_us between polls (woken early by a submission or a waiter)
     adaptive,  // spin for spin_us after any progress, then sleep sleep_us between polls
   };
+  // The policies above apply while nobody waits; with a caller blocked in wait(), every policy
+  // but spin polls with sched_yield.
   Mode mode = Mode::adaptive;
   double spin_us = 20;
   double sleep_us = 50;
@@ -79,6 +84,7 @@ class ProgressEngine {
   std::condition_variable done_cv_;   // callers wait here for completions
   std::vector<std::shared_ptr<PendingOp>> queue_;
   bool stop_ = false;
+  int waiters_ = 0;  // callers blocked in wait_done (under mutex_)
   PollPolicy policy_;
 
   // In flight, in issue order; requests_[i] belongs to in_flight_[i]. Changed by the engine's
@@ -87,6 +93,7 @@ class ProgressEngine {
   std::vector<MPI_Request> requests_;
   std::vector<int> indices_;
   std::vector<MPI_Status> statuses_;
+  std::vector<const void*> blocked_groups_;  // retire_in_order's scratch
 
   std::thread thread_;
 };

@@ -68,8 +68,9 @@ int RankFailure::exit_status() const {
 bool is_failure_report_line(std::string_view line) {
   static constexpr const char* keys[] = {"Process name:", "Exit code:",   "exited on signal",
                                          "process rank",  "MPI_ABORT",    "errorcode",
-                                         ": task ",       "step aborted", "CANCELLED",
-                                         "unable to launch", "start process rank"};
+                                         ": task",        "step aborted", "CANCELLED",
+                                         "Terminating StepId", "forcing job termination",
+                                         "start process rank"};
   for (const char* key : keys)
     if (line.find(key) != std::string_view::npos) return true;
   return false;
@@ -85,7 +86,10 @@ std::optional<RankFailure> parse_failure(std::string_view output) {
   // srun (SLURM 22.05):
   //   srun: error: vm: task 1: Exited with exit code 3
   //   srun: error: vm: task 1: Segmentation fault        srun: error: vm: task 0: Killed
+  //   srun: error: vm: tasks 0-1: Exited with exit code 3          (the first task named is taken)
+  //   after which srun ends the step, and what it kills then are consequences:
   //   srun: Job step aborted: ...     slurmstepd-vm: error: *** STEP 5.0 ON vm CANCELLED AT ...
+  //   srun: launch/slurm: _step_signal: Terminating StepId=9.0    srun: forcing job termination
   static const std::regex process_name(R"(Process name:\s*\[\[\d+,\d+\],(\d+)\])");
   static const std::regex exit_code(R"(Exit code:\s*(-?\d+))");
   static const std::regex mpirun_signal(
@@ -94,8 +98,9 @@ std::optional<RankFailure> parse_failure(std::string_view output) {
   static const std::regex mpi_abort(R"(MPI_ABORT was invoked on rank (\d+))");
   static const std::regex abort_code(R"(with errorcode (-?\d+))");
   static const std::regex not_started(R"(while attempting to start process rank (\d+))");
-  static const std::regex srun_exit(R"(: task (\d+): Exited with exit code (\d+))");
-  static const std::regex srun_signal(R"(: task (\d+): ([A-Z][A-Za-z -]*[a-z])\s*(\(core dumped\))?\s*$)");
+  static const std::regex srun_exit(R"(: tasks? (\d+)[-,\d]*: Exited with exit code (\d+))");
+  static const std::regex srun_signal(
+      R"(: tasks? (\d+)[-,\d]*: ([A-Z][A-Za-z -]*[a-z])\s*(\(core dumped\))?\s*$)");
 
   const std::vector<std::string> lines = split_lines(output);
   std::vector<Candidate> found;
@@ -105,7 +110,9 @@ std::optional<RankFailure> parse_failure(std::string_view output) {
   for (size_t i = 0; i < lines.size(); ++i) {
     const std::string& line = lines[i];
     if (line.find("Job step aborted") != std::string::npos ||
-        line.find("CANCELLED AT") != std::string::npos) {
+        line.find("CANCELLED AT") != std::string::npos ||
+        line.find("Terminating StepId") != std::string::npos ||
+        line.find("forcing job termination") != std::string::npos) {
       step_aborted = true;
       continue;
     }

@@ -61,8 +61,9 @@ std::string heartbeat_path(const std::string& run_dir, int rank) {
 }
 
 std::string format_heartbeat(const Heartbeat& beat) {
-  const nlohmann::json j = {{"rank", beat.rank}, {"step", beat.step},   {"time", beat.time},
-                            {"phase", beat.phase}, {"pid", beat.pid}, {"host", beat.host}};
+  // Ordered: the file reads in the documented order (rank, step, time, phase, pid, host).
+  const nlohmann::ordered_json j = {{"rank", beat.rank},   {"step", beat.step}, {"time", beat.time},
+                                    {"phase", beat.phase}, {"pid", beat.pid},   {"host", beat.host}};
   return j.dump() + "\n";
 }
 

@@ -170,7 +170,7 @@ AttemptResult run_attempt(const LaunchOptions& options, const std::vector<std::s
         if (auto silence = watchdog.check(elapsed, read_heartbeats(options.run_dir, options.ranks))) {
           result.what = "hung: " + silence->message;
           result.exit_status = kHungExitStatus;
-          reporter.say(cat(result.what, "; stopping the job"));
+          // Reported once, by the caller, when the job is gone (at most kill_grace from now).
           child.terminate(options.kill_grace);
           drain(tee, 1.0);
           return result;

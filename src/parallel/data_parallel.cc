@@ -122,7 +122,6 @@ void DataParallel::launch_bucket(int k) {
   if (opt_.zero < 2) {
     pending_.push_back(
         comm_.all_reduce(params_->grads() + b.start, b.padded, DType::f32, ReduceOp::avg));
-    if (!opt_.overlap) pending_.back()->wait();
     return;
   }
   GradSlot& s = grad_slots_[b.grad_slot];
@@ -168,12 +167,15 @@ void DataParallel::end_grads(int group) {
   const int k = bucket_of_group_[group];
   Bucket& b = buckets_[k];
   if (--b.remaining > 0) return;
-  // Stages 0/1 reduce once, after the last micro-batch; stages 2/3 every micro-batch, since the
-  // full gradients exist only while their bucket is staged.
-  if (opt_.zero >= 2 || last_micro_batch_) launch_bucket(k);
+  // Stages 0/1 reduce once, after the last micro-batch (without overlap: all of it after
+  // backward, in finish_gradients); stages 2/3 every micro-batch, since the full gradients exist
+  // only while their bucket is staged.
+  if (opt_.zero >= 2 || (last_micro_batch_ && opt_.overlap)) launch_bucket(k);
 }
 
 void DataParallel::finish_gradients() {
+  if (opt_.zero < 2 && !opt_.overlap)
+    for (int k = 0; k < static_cast<int>(buckets_.size()); ++k) launch_bucket(k);
   for (const WorkHandle& w : pending_) w->wait();
   pending_.clear();
   while (!grads_in_flight_.empty()) retire_grad_slot(grads_in_flight_.front());

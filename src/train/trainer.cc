@@ -218,14 +218,21 @@ StepResult Trainer::train_step() {
     params.zero_grads();
   const float grad_scale = 1.0f / static_cast<float>(t.batch_size * t.seq_len * t.grad_accum);
   double loss = 0;
+  StepResult r;
   for (int64_t micro = 0; micro < t.grad_accum; ++micro) {
+    auto tick = Clock::now();
     train_data_->next(inputs_, targets_);
+    r.data_s += seconds_since(tick);
+    tick = Clock::now();
     if (dp_) dp_->begin_micro_batch(micro == t.grad_accum - 1);
     loss += model_->forward_backward(inputs_, targets_, grad_scale);
+    r.compute_s += seconds_since(tick);
   }
-  loss = mean_over_dp(loss / static_cast<double>(t.grad_accum));
-  StepResult r;
+  auto tick = Clock::now();
   if (dp_) dp_->finish_gradients();
+  loss = mean_over_dp(loss / static_cast<double>(t.grad_accum));
+  r.comm_exposed_s = seconds_since(tick);
+  tick = Clock::now();
   r.grad_norm = dp_ ? dp_->grad_norm() : global_grad_norm(params);
   r.lr = learning_rate(config_.optim, step_, t.steps);
   if (std::isfinite(r.grad_norm) && std::isfinite(loss)) {
@@ -235,6 +242,7 @@ StepResult Trainer::train_step() {
     log::warn("step ", step_ + 1, ": non-finite loss or gradient norm (loss ", loss, ", norm ",
               r.grad_norm, ") at data position ", train_data_->position(), "; update skipped");
   }
+  r.optimizer_s = seconds_since(tick);
   ++step_;
   r.step = step_;
   r.loss = loss;
@@ -298,6 +306,12 @@ void Trainer::write_metrics(const StepResult& r, double tokens_per_s, double mfu
   j["tokens_per_s"] = tokens_per_s;
   j["mfu"] = mfu;
   j["step_ms"] = 1e3 * r.seconds;
+  j["time"] = {{"data_s", r.data_s},
+               {"compute_s", r.compute_s},
+               {"comm_exposed_s", r.comm_exposed_s},
+               {"optimizer_s", r.optimizer_s},
+               {"other_s", std::max(0.0, r.seconds - r.data_s - r.compute_s - r.comm_exposed_s -
+                                             r.optimizer_s)}};
   nlohmann::json mem;
   const MemStats stats = arena_.stats();
   for (int c = 0; c < kNumMemCategories; ++c)

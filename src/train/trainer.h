@@ -23,6 +23,10 @@ namespace strata {
 struct StepResult {
   int64_t step = 0;  // 1-based: the number of optimizer steps completed
   double loss = 0, grad_norm = 0, lr = 0, seconds = 0;
+  // Where the step's time went: loading batches, forward + backward (communication that overlaps
+  // it is hidden there), waiting for gradient reductions after backward (exposed communication),
+  // and the optimizer (norm, clip, AdamW, ZeRO parameter all-gather).
+  double data_s = 0, compute_s = 0, comm_exposed_s = 0, optimizer_s = 0;
 };
 
 class Trainer {

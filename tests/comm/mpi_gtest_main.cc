@@ -35,7 +35,9 @@ class FailurePrinter : public ::testing::EmptyTestEventListener {
 };
 }  // namespace
 
-MpiComm& world() { return *g_world; }
+MpiComm& world() {
+  return *g_world;
+}
 
 }  // namespace strata::testing
 

@@ -50,8 +50,8 @@ TEST_P(Reduce, AllReduceMatchesSerialReference) {
   Buffer buf(dtype, count);
   for (int64_t i = 0; i < count; ++i) buf.set(i, input_value(comm.rank(), i));
   comm.all_reduce(buf.data(), count, dtype, op)->wait();
-  expect_buffer(buf, count, [&](int64_t i) { return reference(buf, op, i, comm.size()); },
-                "all_reduce");
+  expect_buffer(
+      buf, count, [&](int64_t i) { return reference(buf, op, i, comm.size()); }, "all_reduce");
 }
 
 TEST_P(Reduce, ReduceScatterMatchesSerialReference) {
@@ -62,8 +62,8 @@ TEST_P(Reduce, ReduceScatterMatchesSerialReference) {
   for (int64_t i = 0; i < count * n; ++i) send.set(i, input_value(comm.rank(), i));
   comm.reduce_scatter(send.data(), recv.data(), count, dtype, op)->wait();
   const int64_t offset = count * comm.rank();
-  expect_buffer(recv, count, [&](int64_t i) { return reference(send, op, offset + i, n); },
-                "reduce_scatter");
+  expect_buffer(
+      recv, count, [&](int64_t i) { return reference(send, op, offset + i, n); }, "reduce_scatter");
 }
 
 TEST_P(Reduce, ReduceScatterInPlaceLeavesResultInFirstBlock) {
@@ -74,19 +74,20 @@ TEST_P(Reduce, ReduceScatterInPlaceLeavesResultInFirstBlock) {
   for (int64_t i = 0; i < count * n; ++i) buf.set(i, input_value(comm.rank(), i));
   comm.reduce_scatter(buf.data(), buf.data(), count, dtype, op)->wait();
   const int64_t offset = count * comm.rank();
-  expect_buffer(buf, count, [&](int64_t i) { return reference(buf, op, offset + i, n); },
-                "reduce_scatter in place");
+  expect_buffer(
+      buf, count, [&](int64_t i) { return reference(buf, op, offset + i, n); },
+      "reduce_scatter in place");
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Comm, Reduce,
-    ::testing::Combine(::testing::Values(DType::f32, DType::bf16, DType::f16),
-                       ::testing::Values(ReduceOp::sum, ReduceOp::avg, ReduceOp::max),
-                       ::testing::Values<int64_t>(1, 7, 1000, 1000003)),
-    [](const ::testing::TestParamInfo<Case>& p) {
-      return cat(dtype_name(std::get<0>(p.param)), "_", op_label(std::get<1>(p.param)), "_",
-                 std::get<2>(p.param));
-    });
+INSTANTIATE_TEST_SUITE_P(Comm, Reduce,
+                         ::testing::Combine(::testing::Values(DType::f32, DType::bf16, DType::f16),
+                                            ::testing::Values(ReduceOp::sum, ReduceOp::avg,
+                                                              ReduceOp::max),
+                                            ::testing::Values<int64_t>(1, 7, 1000, 1000003)),
+                         [](const ::testing::TestParamInfo<Case>& p) {
+                           return cat(dtype_name(std::get<0>(p.param)), "_",
+                                      op_label(std::get<1>(p.param)), "_", std::get<2>(p.param));
+                         });
 
 using MoveCase = std::tuple<DType, int64_t>;
 class Move : public ::testing::TestWithParam<MoveCase> {};
@@ -98,9 +99,10 @@ TEST_P(Move, AllGatherPutsBlockRFromRankR) {
   Buffer send(dtype, count), recv(dtype, count * n);
   for (int64_t i = 0; i < count; ++i) send.set(i, input_value(comm.rank(), i));
   comm.all_gather(send.data(), recv.data(), count, dtype)->wait();
-  expect_buffer(recv, count * n,
-                [&](int64_t i) { return send.round(input_value(static_cast<int>(i / count), i % count)); },
-                "all_gather");
+  expect_buffer(
+      recv, count * n,
+      [&](int64_t i) { return send.round(input_value(static_cast<int>(i / count), i % count)); },
+      "all_gather");
 }
 
 TEST_P(Move, AllGatherInPlace) {
@@ -111,9 +113,10 @@ TEST_P(Move, AllGatherInPlace) {
   for (int64_t i = 0; i < count * n; ++i) buf.set(i, -99);  // other blocks: overwritten
   for (int64_t i = 0; i < count; ++i) buf.set(count * comm.rank() + i, input_value(comm.rank(), i));
   comm.all_gather(buf.at(count * comm.rank()), buf.data(), count, dtype)->wait();
-  expect_buffer(buf, count * n,
-                [&](int64_t i) { return buf.round(input_value(static_cast<int>(i / count), i % count)); },
-                "all_gather in place");
+  expect_buffer(
+      buf, count * n,
+      [&](int64_t i) { return buf.round(input_value(static_cast<int>(i / count), i % count)); },
+      "all_gather in place");
 }
 
 TEST_P(Move, BroadcastFromEachRoot) {
@@ -123,8 +126,9 @@ TEST_P(Move, BroadcastFromEachRoot) {
     Buffer buf(dtype, count);
     for (int64_t i = 0; i < count; ++i) buf.set(i, input_value(comm.rank(), i));
     comm.broadcast(buf.data(), count, dtype, root)->wait();
-    expect_buffer(buf, count, [&](int64_t i) { return buf.round(input_value(root, i)); },
-                  cat("broadcast from root ", root));
+    expect_buffer(
+        buf, count, [&](int64_t i) { return buf.round(input_value(root, i)); },
+        cat("broadcast from root ", root));
   }
 }
 
@@ -133,8 +137,7 @@ INSTANTIATE_TEST_SUITE_P(Comm, Move,
                                                               DType::i32),
                                             ::testing::Values<int64_t>(1, 7, 1000003)),
                          [](const ::testing::TestParamInfo<MoveCase>& p) {
-                           return cat(dtype_name(std::get<0>(p.param)), "_",
-                                      std::get<1>(p.param));
+                           return cat(dtype_name(std::get<0>(p.param)), "_", std::get<1>(p.param));
                          });
 
 TEST(Collectives, IntegerSumAndMax) {
@@ -143,16 +146,17 @@ TEST(Collectives, IntegerSumAndMax) {
     Buffer buf(DType::i32, 1001);
     for (int64_t i = 0; i < 1001; ++i) buf.set(i, input_value(comm.rank(), i) * 1000);
     comm.all_reduce(buf.data(), 1001, DType::i32, op)->wait();
-    expect_buffer(buf, 1001,
-                  [&](int64_t i) {
-                    float acc = op == ReduceOp::max ? -1e30f : 0.0f;
-                    for (int r = 0; r < comm.size(); ++r) {
-                      const float v = input_value(r, i) * 1000;
-                      acc = op == ReduceOp::max ? std::max(acc, v) : acc + v;
-                    }
-                    return acc;
-                  },
-                  cat("i32 all_reduce ", op_label(op)));
+    expect_buffer(
+        buf, 1001,
+        [&](int64_t i) {
+          float acc = op == ReduceOp::max ? -1e30f : 0.0f;
+          for (int r = 0; r < comm.size(); ++r) {
+            const float v = input_value(r, i) * 1000;
+            acc = op == ReduceOp::max ? std::max(acc, v) : acc + v;
+          }
+          return acc;
+        },
+        cat("i32 all_reduce ", op_label(op)));
   }
 }
 

@@ -143,9 +143,9 @@ TEST(Half, EveryF16RoundTrips) {
   EXPECT_EQ(comm::f16_to_f32(0x3c00), 1.0f);
   EXPECT_EQ(comm::f16_to_f32(0x7bff), 65504.0f);
   EXPECT_EQ(comm::f16_to_f32(0x0001), 0x1p-24f);
-  EXPECT_EQ(comm::f32_to_f16(65519.0f), 0x7bff);   // below the halfway point to 65536
-  EXPECT_EQ(comm::f32_to_f16(65520.0f), 0x7c00);   // ties to even: infinity
-  EXPECT_EQ(comm::f32_to_f16(1.0f + 0x1p-11f), 0x3c00);  // tie to even (down)
+  EXPECT_EQ(comm::f32_to_f16(65519.0f), 0x7bff);             // below the halfway point to 65536
+  EXPECT_EQ(comm::f32_to_f16(65520.0f), 0x7c00);             // ties to even: infinity
+  EXPECT_EQ(comm::f32_to_f16(1.0f + 0x1p-11f), 0x3c00);      // tie to even (down)
   EXPECT_EQ(comm::f32_to_f16(1.0f + 3 * 0x1p-11f), 0x3c02);  // tie to even (up)
   EXPECT_EQ(comm::f32_to_f16(0x1p-25f), 0x0000);  // half the smallest subnormal: to even (0)
   EXPECT_EQ(comm::f32_to_f16(-0x1p-24f * 1.5f), 0x8002);
@@ -193,8 +193,7 @@ TEST(CommStats, SumsAndSummary) {
   EXPECT_EQ(a.total_wait_seconds(), 0.5);
   EXPECT_HAS(a.summary(), "all_reduce 3 calls");
   EXPECT_EQ(CommStats{}.summary(), "no communication");
-  for (int i = 0; i < kNumCommOps; ++i)
-    EXPECT_STRNE(comm_op_name(static_cast<CommOp>(i)), "?");
+  for (int i = 0; i < kNumCommOps; ++i) EXPECT_STRNE(comm_op_name(static_cast<CommOp>(i)), "?");
   EXPECT_STREQ(comm_op_name(CommOp::reduce_scatter), "reduce_scatter");
 }
 

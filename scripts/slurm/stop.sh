@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Stops the single-node SLURM that scripts/slurm/start.sh started: exactly the daemons whose pid
+# files it wrote in its scratch directory (munged only if start.sh started it). Idempotent.
+#
+#   scripts/slurm/stop.sh            # STRATA_SLURM_DIR as for start.sh (default /tmp/strata-slurm)
+set -uo pipefail
+
+dir=${STRATA_SLURM_DIR:-/tmp/strata-slurm}
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+
+# Ends the process named in a pid file if it still is the expected program (pids are recycled):
+# SIGTERM, then SIGKILL after 10 s.
+stop() {
+  local pidfile=$1 prog=$2 pid
+  [ -s "$pidfile" ] || return 0
+  pid=$(cat "$pidfile")
+  if [ -r "/proc/$pid/comm" ] && [ "$(cat "/proc/$pid/comm")" = "$prog" ]; then
+    $SUDO kill -TERM "$pid" 2>/dev/null
+    for _ in $(seq 100); do
+      [ -d "/proc/$pid" ] && [ "$(cat "/proc/$pid/stat" 2>/dev/null | awk '{print $3}')" != Z ] ||
+        break
+      sleep 0.1
+    done
+    if [ -d "/proc/$pid" ] && [ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" != Z ]; then
+      echo "slurm/stop: $prog ($pid) ignored SIGTERM; killing it" >&2
+      $SUDO kill -KILL "$pid" 2>/dev/null
+    fi
+    echo "slurm/stop: stopped $prog ($pid)" >&2
+  fi
+  rm -f "$pidfile"
+}
+
+# slurmd first: it would otherwise keep reporting to a controller that is gone.
+stop "$dir/slurmd.pid" slurmd
+stop "$dir/slurmctld.pid" slurmctld
+stop "$dir/munged.pid" munged
+rm -f "$dir/env.sh"
+exit 0

@@ -1,0 +1,161 @@
+#!/usr/bin/env bash
+# `strata launch` under a real SLURM on this machine (scripts/slurm/start.sh starts a single-node
+# cluster; the daemons it started are stopped on exit, whatever happens).
+#
+#   test_slurm.sh STRATA MPI_HELLO FAKE_RANK SOURCE_DIR launch   # (a) salloc, (b) sbatch --wait
+#   test_slurm.sh STRATA MPI_HELLO FAKE_RANK SOURCE_DIR train    # (c) a 2-rank training job
+#
+# (a) inside salloc, `strata launch` takes the srun --mpi=pmix path: an MPI job of 2 ranks with
+#     distinct SLURM_PROCID and PMIx ranks and MPI_COMM_WORLD of size 2; a failing rank is named
+#     with its status; a hung rank is killed through srun and leaves no process behind.
+# (b) the same MPI job from a generated batch script through `sbatch --wait`.
+# (c) `strata launch -n 2 -- configs/tiny.toml` (synthetic data, 3 steps) inside salloc writes
+#     3 lines of metrics.
+# Exit status: 0 passed, 1 failed, 77 skipped (SLURM cannot start on this machine; the reason is
+# printed).
+set -uo pipefail
+
+if [ $# -ne 5 ]; then
+  echo "usage: $0 STRATA MPI_HELLO FAKE_RANK SOURCE_DIR launch|train" >&2
+  exit 2
+fi
+strata=$1 hello=$2 fake=$3 src=$4 mode=$5
+export STRATA_SLURM_DIR=${STRATA_SLURM_DIR:-/tmp/strata-slurm}
+tmp=$(mktemp -d /tmp/strata_slurm_test.XXXXXX)
+started=0
+failures=0
+
+cleanup() {
+  [ $started -eq 1 ] && "$src/scripts/slurm/stop.sh"
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+
+pass() { echo "PASS: $*"; }
+fail() {
+  echo "FAIL: $*"
+  failures=$((failures + 1))
+}
+skip() {
+  echo "SKIP: $*"
+  exit 77
+}
+
+# --- SLURM ---------------------------------------------------------------------------------------
+if [ "$(id -u)" -ne 0 ] && ! sudo -n true 2>/dev/null; then
+  skip "starting SLURM needs root or passwordless sudo"
+fi
+# An instance from the same directory that already runs is reused and left running.
+already=0
+if [ -s "$STRATA_SLURM_DIR/slurmctld.pid" ] &&
+   [ "$(cat "/proc/$(cat "$STRATA_SLURM_DIR/slurmctld.pid")/comm" 2>/dev/null)" = slurmctld ]; then
+  already=1
+fi
+if ! "$src/scripts/slurm/start.sh" >"$tmp/start.out" 2>&1; then
+  cat "$tmp/start.out"
+  skip "SLURM cannot start on this machine (scripts/slurm/start.sh failed, output above)"
+fi
+[ $already -eq 0 ] && started=1
+cat "$tmp/start.out"
+source "$STRATA_SLURM_DIR/env.sh"
+echo "SLURM_CONF=$SLURM_CONF"
+sinfo
+
+# Runs a command with a deadline, recording its output and status: run NAME SECONDS CMD...
+run() {
+  local name=$1 seconds=$2
+  shift 2
+  echo "--- $name: $*"
+  timeout --kill-after=10 "$seconds" "$@" >"$tmp/$name.out" 2>&1
+  status=$?
+  sed 's/^/    /' "$tmp/$name.out"
+  echo "    (exit status $status)"
+}
+
+# Checks the files mpi_hello wrote into DIR: 2 ranks, one world of size 2, distinct ids.
+check_hello() {
+  local what=$1 dir=$2 ok=1
+  for r in 0 1; do
+    if ! grep -q "^mpi_hello rank $r size 2 slurm_procid $r pmix_rank $r$" "$dir/hello_rank_$r.txt" \
+      2>/dev/null; then
+      ok=0
+      echo "    rank $r: $(cat "$dir/hello_rank_$r.txt" 2>/dev/null || echo 'no file')"
+    fi
+  done
+  [ $ok -eq 1 ] && pass "$what: 2 MPI ranks, world size 2, SLURM_PROCID and PMIx rank 0 and 1" ||
+    fail "$what: the ranks did not form one MPI world of 2 with distinct SLURM/PMIx ranks"
+}
+
+if [ "$mode" = launch ]; then
+  # (a) salloc: strata launch inside an allocation uses srun --mpi=pmix.
+  mkdir -p "$tmp/a/out"
+  run salloc_hello 120 salloc -n 2 "$strata" launch -n 2 --program "$hello" --run-dir "$tmp/a" \
+    --heartbeat-timeout 0 -- "$tmp/a/out"
+  [ $status -eq 0 ] || fail "salloc hello: exit status $status"
+  grep -q "strata launch: starting 2 ranks (job attempt 1 of 1): srun --mpi=pmix -n 2" \
+    "$tmp/salloc_hello.out" && pass "salloc: strata launch ran srun --mpi=pmix" ||
+    fail "salloc: strata launch did not use srun --mpi=pmix"
+  check_hello "salloc" "$tmp/a/out"
+
+  # A failing rank under srun: named with its status, which is the exit status.
+  mkdir -p "$tmp/fail"
+  run salloc_fail 120 env STRATA_FAKE_FAIL_RANK=1 STRATA_FAKE_FAIL_STATUS=3 \
+    salloc -n 2 "$strata" launch -n 2 --max-restarts 1 --program "$fake" --run-dir "$tmp/fail" \
+    -- "$tmp/fail"
+  [ $status -eq 3 ] && pass "srun failure: exit status 3" || fail "srun failure: exit status $status, not 3"
+  grep -q "strata launch: rank 1 failed with exit status 3 (job attempt 2 of 2); no restarts left" \
+    "$tmp/salloc_fail.out" && pass "srun failure: rank 1 named, restarted once" ||
+    fail "srun failure: no line naming rank 1 after 2 attempts"
+
+  # A hung rank under srun: killed through srun, nothing left running.
+  mkdir -p "$tmp/hang"
+  t0=$SECONDS
+  run salloc_hang 120 env STRATA_FAKE_HANG_RANK=1 STRATA_FAKE_STEPS=100 \
+    salloc -n 2 "$strata" launch -n 2 --heartbeat-timeout 3 --kill-grace 3 --program "$fake" \
+    --run-dir "$tmp/hang" -- "$tmp/hang"
+  took=$((SECONDS - t0))
+  [ $status -eq 124 ] && pass "srun hang: exit status 124 after ${took}s" ||
+    fail "srun hang: exit status $status, not 124"
+  grep -q "strata launch: hung: rank 1 silent for" "$tmp/salloc_hang.out" &&
+    pass "srun hang: rank 1 named" || fail "srun hang: no line naming rank 1"
+  sleep 1
+  if pgrep -af "fake_ran[k] $tmp/hang"; then fail "srun hang: processes left behind (above)"
+  else pass "srun hang: no process left behind"; fi
+
+  # (b) sbatch --wait with a generated batch script.
+  mkdir -p "$tmp/b/out"
+  cat >"$tmp/b/job.sh" <<JOB
+#!/bin/bash
+#SBATCH -n 2
+#SBATCH -o $tmp/b/slurm.out
+#SBATCH -J strata-launch-test
+exec "$strata" launch -n 2 --program "$hello" --run-dir "$tmp/b" --heartbeat-timeout 0 -- "$tmp/b/out"
+JOB
+  run sbatch_hello 120 sbatch --wait "$tmp/b/job.sh"
+  [ $status -eq 0 ] || fail "sbatch: exit status $status"
+  sed 's/^/    job: /' "$tmp/b/slurm.out" 2>/dev/null
+  grep -q "srun --mpi=pmix -n 2" "$tmp/b/slurm.out" 2>/dev/null &&
+    pass "sbatch: strata launch ran srun --mpi=pmix" || fail "sbatch: no srun --mpi=pmix in the job output"
+  check_hello "sbatch" "$tmp/b/out"
+elif [ "$mode" = train ]; then
+  # (c) A real training job of 2 ranks.
+  run salloc_train 600 salloc -n 2 "$strata" launch -n 2 -- "$src/configs/tiny.toml" \
+    --set data.source=synthetic --set train.steps=3 --set model.n_layer=1 --set model.d_model=64 \
+    --set model.n_head=2 --set model.vocab_size=256 --set train.seq_len=32 \
+    --set model.max_seq_len=32 --set train.batch_size=2 --set run.dir="$tmp/run"
+  [ $status -eq 0 ] && pass "train: exit status 0" || fail "train: exit status $status"
+  lines=$(wc -l <"$tmp/run/metrics.jsonl" 2>/dev/null || echo 0)
+  [ "$lines" -eq 3 ] && pass "train: metrics.jsonl has 3 lines" ||
+    fail "train: metrics.jsonl has $lines lines, not 3"
+else
+  echo "unknown mode '$mode' (launch or train)" >&2
+  exit 2
+fi
+
+if [ $failures -ne 0 ]; then
+  echo "$failures check(s) failed"
+  exit 1
+fi
+echo "all checks passed"
+exit 0
