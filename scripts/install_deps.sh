@@ -5,6 +5,8 @@ packages=(
   build-essential cmake ninja-build pkg-config clang-format
   libdnnl-dev libopenblas-openmp-dev nlohmann-json3-dev libtomlplusplus-dev libcli11-dev
   googletest libgtest-dev libbenchmark-dev
+  openmpi-bin libopenmpi-dev libpmix-dev   # the CPU communication engine (PMIx for srun)
+  slurm-wlm munge                          # single-node SLURM for the launcher tests
   bible-kjv                   # the default English corpus (King James Bible text)
   python3-torch python3-numpy # PyTorch reference and benchmark peer (/usr/bin/python3)
 )

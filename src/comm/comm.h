@@ -61,10 +61,13 @@ struct CommStats {
 class Work {
  public:
   virtual ~Work() = default;
-  // True when the operation has completed (never blocks).
+  // True when the operation has completed (never blocks). Works of one group complete in issue
+  // order: once a Work completes, every Work its group issued earlier has completed too.
+  // An operation that failed (an MPI error) throws strata::Error with MPI's error string, from
+  // test() and wait() alike.
   virtual bool test() = 0;
   // Blocks until completion or the group's timeout; on timeout, reports and ends the process
-  // (see above). Safe to call more than once.
+  // with kCommTimeoutExit (see above). Safe to call more than once.
   virtual void wait() = 0;
 };
 using WorkHandle = std::shared_ptr<Work>;

@@ -3,6 +3,7 @@
 #include <mpi.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 
 #include "comm/mpi_types.h"
@@ -16,6 +17,7 @@ namespace strata {
 namespace {
 
 bool g_we_initialised = false;
+bool g_finalize_skipped = false;  // operations were left in flight: never call MPI_Finalize
 
 const char* thread_level_name(int level) {
   switch (level) {
@@ -104,11 +106,25 @@ void mpi_init(int* argc, char*** argv) {
 }
 
 void mpi_finalize() {
-  if (!mpi_active()) return;
-  comm::ProgressEngine::shutdown();
+  if (!mpi_active() || g_finalize_skipped) return;
+  const int abandoned = comm::ProgressEngine::shutdown();
+  if (abandoned > 0) {
+    // MPI_Finalize could wait forever on them; ending without it makes mpirun report this rank.
+    log::error("mpi_finalize: ", abandoned,
+               " communication operation(s) never completed; not calling MPI_Finalize");
+    g_finalize_skipped = true;
+    return;
+  }
   comm::free_mpi_types();
   comm::free_nbc_tuning();
   if (g_we_initialised) MPI_Finalize();
+}
+
+void mpi_abort(int status) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  if (mpi_active()) MPI_Abort(MPI_COMM_WORLD, status);
+  std::_Exit(status);
 }
 
 bool mpi_active() {

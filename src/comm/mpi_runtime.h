@@ -27,9 +27,15 @@ RankEnv detect_rank_env(const std::function<const char*(const char*)>& getenv_fn
 // ops, and the log's rank prefix. Without a launcher, MPI starts as a singleton (world size 1).
 // Idempotent; also accepts an MPI that the caller initialised (with MPI_THREAD_MULTIPLE).
 void mpi_init(int* argc = nullptr, char*** argv = nullptr);
-// Stops the progress engine, frees the reduction ops and finalises MPI. Idempotent. Not after a
-// communication timeout: the process then ends with std::_Exit (MPI_Finalize would hang).
+// Stops the progress engine, frees the reduction ops and finalises MPI. Idempotent. When
+// operations are still in flight (a caller never waited for them) it logs them and skips
+// MPI_Finalize, which could wait forever. Not reached after a communication timeout: the process
+// then ends with std::_Exit (MPI_Finalize would hang).
 void mpi_finalize();
+// Ends the whole job now (MPI_Abort) with `status`, after flushing stdout and stderr: for a rank
+// that hit an error its peers cannot know about (they would otherwise wait until their timeout,
+// and MPI_Finalize on this rank could block on them). Exits directly when MPI is not active.
+[[noreturn]] void mpi_abort(int status);
 bool mpi_active();  // initialised and not yet finalised
 int mpi_world_rank();
 int mpi_world_size();

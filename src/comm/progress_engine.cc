@@ -79,9 +79,18 @@ ProgressEngine& ProgressEngine::get() {
   return *g_engine;
 }
 
-void ProgressEngine::shutdown() {
+int ProgressEngine::shutdown() {
   std::lock_guard<std::mutex> lock(g_engine_mutex);
+  if (!g_engine) return 0;
+  {
+    std::lock_guard<std::mutex> engine_lock(g_engine->mutex_);
+    g_engine->stop_ = true;
+  }
+  g_engine->queue_cv_.notify_all();
+  if (g_engine->thread_.joinable()) g_engine->thread_.join();
+  const int abandoned = g_engine->abandoned_;
   g_engine.reset();
+  return abandoned;
 }
 
 ProgressEngine::ProgressEngine() {
@@ -184,9 +193,10 @@ void ProgressEngine::run() {
   std::lock_guard<std::mutex> lock(mutex_);
   in_flight_.insert(in_flight_.end(), queue_.begin(), queue_.end());
   queue_.clear();
+  abandoned_ = static_cast<int>(in_flight_.size());
   if (!in_flight_.empty()) {
-    log::warn("comm: shutting down with ", in_flight_.size(), " operation(s) unfinished, first ",
-              in_flight_.front()->describe());
+    log::error("comm: shutting down with ", in_flight_.size(), " operation(s) unfinished, first ",
+               in_flight_.front()->describe());
     for (const std::shared_ptr<PendingOp>& op : in_flight_) {
       if (!op->mpi_done()) op->on_mpi_complete(MPI_ERR_PENDING);
       op->retire();

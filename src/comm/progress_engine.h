@@ -58,8 +58,9 @@ class ProgressEngine {
 
   // The process's engine; its thread starts on first use.
   static ProgressEngine& get();
-  // Joins the thread (mpi_finalize). Operations still in flight are abandoned with an error.
-  static void shutdown();
+  // Joins the thread (mpi_finalize). Operations still in flight are abandoned (their waiters get
+  // an error); returns how many.
+  static int shutdown();
 
   void submit(std::shared_ptr<PendingOp> op);
   // Blocks until op completes (true) or the deadline passes (false).
@@ -84,7 +85,8 @@ class ProgressEngine {
   std::condition_variable done_cv_;   // callers wait here for completions
   std::vector<std::shared_ptr<PendingOp>> queue_;
   bool stop_ = false;
-  int waiters_ = 0;  // callers blocked in wait_done (under mutex_)
+  int waiters_ = 0;    // callers blocked in wait_done (under mutex_)
+  int abandoned_ = 0;  // operations unfinished at shutdown
   PollPolicy policy_;
 
   // In flight, in issue order; requests_[i] belongs to in_flight_[i]. Changed by the engine's

@@ -4,7 +4,9 @@
 //   comm_hang_peer recv <timeout_s>: the same, with rank 0 waiting on a recv from rank 1: the
 //     message names rank 1 as the peer;
 //   comm_hang_peer die <timeout_s>: rank 1 exits abruptly (status 3); mpirun must end the job
-//     quickly with a non-zero status, long before rank 0's timeout.
+//     quickly with a non-zero status, long before rank 0's timeout;
+//   comm_hang_peer abort <timeout_s>: rank 1 calls mpi_abort(5) (an error its peers cannot see);
+//     the job must end just as quickly.
 // Run with mpirun -np 2 through expect_exit.sh (see CMakeLists.txt).
 #include <chrono>
 #include <cstdio>
@@ -21,8 +23,8 @@
 int main(int argc, char** argv) {
   using namespace strata;
   const std::string mode = argc > 1 ? argv[1] : "";
-  if (argc != 3 || (mode != "hang" && mode != "recv" && mode != "die")) {
-    std::fprintf(stderr, "usage: comm_hang_peer hang|recv|die <timeout_seconds>\n");
+  if (argc != 3 || (mode != "hang" && mode != "recv" && mode != "die" && mode != "abort")) {
+    std::fprintf(stderr, "usage: comm_hang_peer hang|recv|die|abort <timeout_seconds>\n");
     return 2;
   }
   const double timeout = std::atof(argv[2]);
@@ -36,6 +38,7 @@ int main(int argc, char** argv) {
 
   if (mpi_world_rank() == 1) {
     if (mode == "die") std::_Exit(3);
+    if (mode == "abort") mpi_abort(5);
     std::this_thread::sleep_for(std::chrono::seconds(120));  // hung: never joins the next one
     std::_Exit(0);
   }
