@@ -19,8 +19,10 @@ namespace {
 std::vector<std::string> overrides_in(const std::vector<std::string>& args) {
   std::vector<std::string> out;
   for (size_t i = 0; i < args.size(); ++i) {
-    if (args[i] == "--set" && i + 1 < args.size()) out.push_back(args[++i]);
-    else if (args[i].rfind("--set=", 0) == 0) out.push_back(args[i].substr(6));
+    if (args[i] == "--set" && i + 1 < args.size())
+      out.push_back(args[++i]);
+    else if (args[i].rfind("--set=", 0) == 0)
+      out.push_back(args[i].substr(6));
   }
   return out;
 }
@@ -67,8 +69,7 @@ Command add_launch_command(CLI::App& parent) {
       ->expected(1);
   // For tests and tools: run PROGRAM ARGS... as the ranks instead of `strata train`; the run
   // directory (heartbeats, launch.log) then comes from --run-dir, as there is no config to read.
-  app->add_option("--program", o.program, "run this program instead of `strata train`")
-      ->group("");
+  app->add_option("--program", o.program, "run this program instead of `strata train`")->group("");
   app->add_option("--run-dir", o.run_dir, "run directory when --program is used")->group("");
   app->add_option("command", args->command, "-- CONFIG [--set key=value ...]")->required();
 
@@ -87,8 +88,8 @@ Command add_launch_command(CLI::App& parent) {
                            "strata launch: --run-dir is for --program; the run directory of a "
                            "training job is its config's run.dir (--set run.dir=...)");
               // Read now, so that a bad config fails once here rather than on every rank.
-              const RunConfig config = load_config(
-                  command.front(), overrides_in({command.begin() + 1, command.end()}));
+              const RunConfig config =
+                  load_config(command.front(), overrides_in({command.begin() + 1, command.end()}));
               options.run_dir = config.run.dir;
               options.args = {"train"};
               options.args.insert(options.args.end(), command.begin(), command.end());

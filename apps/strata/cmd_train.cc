@@ -1,3 +1,4 @@
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
@@ -39,9 +40,16 @@ Command add_train_command(CLI::App& parent) {
             const Layout layout =
                 resolve_layout(static_cast<int>(p.tp), static_cast<int>(p.pp), static_cast<int>(p.dp),
                                static_cast<int>(p.zero), mpi_world_size());
-            ProcessGroups groups = ProcessGroups::create(layout);
-            Trainer trainer(std::move(config), &groups);
-            trainer.run();
+            try {
+              ProcessGroups groups = ProcessGroups::create(layout);
+              Trainer trainer(std::move(config), &groups);
+              trainer.run();
+            } catch (const std::exception& e) {
+              // The other ranks cannot see this error: end the whole job now rather than let
+              // them wait for their communication timeout.
+              std::fprintf(stderr, "\n[rank %d] error: %s\n", mpi_world_rank(), e.what());
+              mpi_abort(1);
+            }
             return 0;
           }};
 }

@@ -87,7 +87,8 @@ fi
 # 3. The configuration: one node (this machine, by its short hostname, reached on 127.0.0.1),
 # one partition; no cgroups (linuxproc tracking), so it also works in containers.
 node=$(hostname -s)
-cpus=$(nproc)
+# nproc honours OMP_NUM_THREADS (tests set it): count the CPUs without it.
+cpus=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
 mem_mb=$(awk '/MemTotal/ {print int($2 / 1024 * 0.9)}' /proc/meminfo)
 mkdir -p "$dir/state" "$dir/spool"
 cat >"$conf" <<EOF
@@ -140,7 +141,9 @@ $SUDO env SLURM_CONF="$conf" slurmd -N "$node" || die "slurmd did not start"
 
 deadline=$((SECONDS + timeout))
 until sinfo -h -o %T 2>/dev/null | grep -q idle; do
-  [ $SECONDS -ge $deadline ] && die "node $node not idle after ${timeout}s: $(sinfo -h -N -o '%N %T %E' 2>&1 || true)"
+  if [ $SECONDS -ge $deadline ]; then
+    die "node $node not idle after ${timeout}s: $(sinfo -h -N -o '%N %T %E' 2>&1 || true)"
+  fi
   alive "$dir/slurmctld.pid" slurmctld || die "slurmctld exited"
   sleep 0.5
 done

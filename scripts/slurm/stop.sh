@@ -9,20 +9,26 @@ dir=${STRATA_SLURM_DIR:-/tmp/strata-slurm}
 SUDO=""
 [ "$(id -u)" -ne 0 ] && SUDO="sudo"
 
+# A live process (a zombie has ended; it only waits for its parent to reap it).
+running() {
+  local state
+  state=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)
+  [ -n "$state" ] && [ "$state" != Z ]
+}
+
 # Ends the process named in a pid file if it still is the expected program (pids are recycled):
 # SIGTERM, then SIGKILL after 10 s.
 stop() {
   local pidfile=$1 prog=$2 pid
   [ -s "$pidfile" ] || return 0
   pid=$(cat "$pidfile")
-  if [ -r "/proc/$pid/comm" ] && [ "$(cat "/proc/$pid/comm")" = "$prog" ]; then
+  if running "$pid" && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$prog" ]; then
     $SUDO kill -TERM "$pid" 2>/dev/null
     for _ in $(seq 100); do
-      [ -d "/proc/$pid" ] && [ "$(cat "/proc/$pid/stat" 2>/dev/null | awk '{print $3}')" != Z ] ||
-        break
+      running "$pid" || break
       sleep 0.1
     done
-    if [ -d "/proc/$pid" ] && [ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" != Z ]; then
+    if running "$pid"; then
       echo "slurm/stop: $prog ($pid) ignored SIGTERM; killing it" >&2
       $SUDO kill -KILL "$pid" 2>/dev/null
     fi

@@ -1,12 +1,14 @@
 #include "comm/group_state.h"
 
-#include "comm/mpi_types.h"
 #include "core/error.h"
 
 namespace strata::comm {
 
 GroupState::GroupState(MPI_Comm c, std::string group_name) : comm(c), name(std::move(group_name)) {
   STRATA_CHECK(comm != MPI_COMM_NULL, "comm: group '", name, "' has no communicator");
+  // The group owns (and frees) its communicator: never a predefined one.
+  STRATA_CHECK(comm != MPI_COMM_WORLD && comm != MPI_COMM_SELF, "comm: group '", name,
+               "' must own a duplicate of MPI_COMM_WORLD/SELF (see MpiComm::dup_world)");
   // Errors come back as codes so that a failed Work can report them instead of aborting the job.
   MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
   MPI_Comm_rank(comm, &rank);

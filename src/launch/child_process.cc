@@ -164,8 +164,10 @@ int ChildProcess::terminate(double grace) {
   kill_session();
   if (!status_) {
     int ws = 0;
-    if (::waitpid(pid_, &ws, 0) == pid_) status_ = status_of(ws);  // SIGKILLed: returns at once
-    else status_ = 128 + SIGKILL;
+    if (::waitpid(pid_, &ws, 0) == pid_)
+      status_ = status_of(ws);  // SIGKILLed: returns at once
+    else
+      status_ = 128 + SIGKILL;
   }
   return *status_;
 }

@@ -41,7 +41,8 @@ int threads_per_rank(const LaunchOptions& options, const LaunchEnv& env) {
 }
 
 std::vector<std::string> build_command(const LaunchOptions& options, const LaunchEnv& env) {
-  STRATA_CHECK(options.ranks >= 1, "strata launch: -n must be at least 1 (got ", options.ranks, ")");
+  STRATA_CHECK(options.ranks >= 1, "strata launch: -n must be at least 1 (got ", options.ranks,
+               ")");
   const std::string program = options.program.empty() ? env.self_exe : options.program;
   STRATA_CHECK(!program.empty(), "strata launch: no program to run");
   const auto added = defaults_to_add(options, env);
@@ -82,8 +83,8 @@ std::string format_command(const std::vector<std::string>& argv) {
   for (const std::string& a : argv) {
     if (!out.empty()) out += ' ';
     const bool plain = !a.empty() && std::all_of(a.begin(), a.end(), [](char c) {
-      return std::isalnum(static_cast<unsigned char>(c)) || std::string_view("-_./=:,+@%").find(c) !=
-                                                               std::string_view::npos;
+      return std::isalnum(static_cast<unsigned char>(c)) ||
+             std::string_view("-_./=:,+@%").find(c) != std::string_view::npos;
     });
     if (plain) {
       out += a;

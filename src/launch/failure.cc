@@ -66,10 +66,17 @@ int RankFailure::exit_status() const {
 }
 
 bool is_failure_report_line(std::string_view line) {
-  static constexpr const char* keys[] = {"Process name:", "Exit code:",   "exited on signal",
-                                         "process rank",  "MPI_ABORT",    "errorcode",
-                                         ": task",        "step aborted", "CANCELLED",
-                                         "Terminating StepId", "forcing job termination",
+  static constexpr const char* keys[] = {"Process name:",
+                                         "Exit code:",
+                                         "exited on signal",
+                                         "process rank",
+                                         "MPI_ABORT",
+                                         "errorcode",
+                                         ": task",
+                                         "step aborted",
+                                         "CANCELLED",
+                                         "Terminating StepId",
+                                         "forcing job termination",
                                          "start process rank"};
   for (const char* key : keys)
     if (line.find(key) != std::string_view::npos) return true;
@@ -79,10 +86,11 @@ bool is_failure_report_line(std::string_view line) {
 std::optional<RankFailure> parse_failure(std::string_view output) {
   // mpirun (Open MPI 4.x):
   //   Process name: [[3607,1],1]          followed by    Exit code:    3
-  //   mpirun noticed that process rank 1 with PID 0 on node vm exited on signal 11 (Segmentation fault).
-  //   mpirun has exited due to process rank 1 with PID 0 on       (exit without MPI_Finalize)
-  //   MPI_ABORT was invoked on rank 1 in communicator MPI_COMM_WORLD     with errorcode 7.
-  //   while attempting to start process rank 0.                   (executable not found)
+  //   mpirun noticed that process rank 1 with PID 0 on node vm exited on signal 11 (Segmentation
+  //   fault). mpirun has exited due to process rank 1 with PID 0 on       (exit without
+  //   MPI_Finalize) MPI_ABORT was invoked on rank 1 in communicator MPI_COMM_WORLD     with
+  //   errorcode 7. while attempting to start process rank 0.                   (executable not
+  //   found)
   // srun (SLURM 22.05):
   //   srun: error: vm: task 1: Exited with exit code 3
   //   srun: error: vm: task 1: Segmentation fault        srun: error: vm: task 0: Killed

@@ -52,7 +52,9 @@ void write_small_file_atomic(const std::string& path, const std::string& text) {
 
 }  // namespace
 
-std::string heartbeat_dir(const std::string& run_dir) { return run_dir + "/heartbeat"; }
+std::string heartbeat_dir(const std::string& run_dir) {
+  return run_dir + "/heartbeat";
+}
 
 std::string heartbeat_path(const std::string& run_dir, int rank) {
   char name[32];
@@ -62,8 +64,9 @@ std::string heartbeat_path(const std::string& run_dir, int rank) {
 
 std::string format_heartbeat(const Heartbeat& beat) {
   // Ordered: the file reads in the documented order (rank, step, time, phase, pid, host).
-  const nlohmann::ordered_json j = {{"rank", beat.rank},   {"step", beat.step}, {"time", beat.time},
-                                    {"phase", beat.phase}, {"pid", beat.pid},   {"host", beat.host}};
+  const nlohmann::ordered_json j = {{"rank", beat.rank}, {"step", beat.step},
+                                    {"time", beat.time}, {"phase", beat.phase},
+                                    {"pid", beat.pid},   {"host", beat.host}};
   return j.dump() + "\n";
 }
 

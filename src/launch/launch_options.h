@@ -9,13 +9,13 @@ namespace strata::launch {
 
 struct LaunchOptions {
   int ranks = 1;
-  std::string hostfile;  // mpirun only; empty: this host alone
-  int max_restarts = 0;  // a failed or hung job is started again up to this many times
+  std::string hostfile;            // mpirun only; empty: this host alone
+  int max_restarts = 0;            // a failed or hung job is started again up to this many times
   double heartbeat_timeout = 300;  // seconds of silence that make a rank hung; <= 0: no watchdog
   double startup_timeout = 600;    // seconds until the first heartbeat must appear; <= 0: no limit
-  double kill_grace = 5;     // seconds between SIGTERM and SIGKILL when the job must be ended
-  double restart_delay = 1;  // seconds before a restart, so that ports and files are released
-  bool dry_run = false;      // print the command and exit 0
+  double kill_grace = 5;           // seconds between SIGTERM and SIGKILL when the job must be ended
+  double restart_delay = 1;        // seconds before a restart, so that ports and files are released
+  bool dry_run = false;            // print the command and exit 0
 
   // What every rank runs: `program args...`. cmd_launch sets the strata binary and
   // {"train", CONFIG, "--set", ...}; tests set a fake rank. Empty program: the strata binary.

@@ -11,7 +11,7 @@
 namespace strata::launch {
 
 namespace {
-constexpr size_t kMaxLine = 64 * 1024;      // a longer "line" is no launcher report
+constexpr size_t kMaxLine = 64 * 1024;     // a longer "line" is no launcher report
 constexpr size_t kMaxReportLines = 10000;  // bounded even if a rank prints report-like text
 }  // namespace
 

@@ -36,7 +36,9 @@ double seconds_since(Clock::time_point t) {
 // The signal that asked the supervisor to stop (0: none). Set by the handler, read by the loop.
 volatile sig_atomic_t g_stop_signal = 0;
 
-void on_stop_signal(int sig) { g_stop_signal = sig; }
+void on_stop_signal(int sig) {
+  g_stop_signal = sig;
+}
 
 // Installs the stop handlers for the supervisor's lifetime and restores the previous ones. The
 // child runs in its own session, so a terminal's Ctrl-C reaches only us: we must pass it on.
@@ -75,8 +77,8 @@ class Reporter {
     io::make_dirs(run_dir);
     const std::string path = run_dir + "/launch.log";
     log_ = io::UniqueFd(::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0666));
-    STRATA_CHECK(log_.valid(), "strata launch: cannot open '", path, "' for appending: ",
-                 io::errno_text(errno));
+    STRATA_CHECK(log_.valid(), "strata launch: cannot open '", path,
+                 "' for appending: ", io::errno_text(errno));
   }
   int log_fd() const { return log_.get(); }
 
@@ -158,7 +160,8 @@ AttemptResult run_attempt(const LaunchOptions& options, const std::vector<std::s
         result.exit_status =
             failure->exit_code > 0 || failure->signal > 0 ? failure->exit_status() : *status;
       } else {
-        result.what = cat(launcher, " exited with status ", *status, " without naming a failed rank");
+        result.what =
+            cat(launcher, " exited with status ", *status, " without naming a failed rank");
         result.exit_status = *status;
       }
       return result;
@@ -167,7 +170,8 @@ AttemptResult run_attempt(const LaunchOptions& options, const std::vector<std::s
     if (elapsed >= next_check) {
       next_check = elapsed + 1.0;
       if (wc.heartbeat_timeout > 0) {
-        if (auto silence = watchdog.check(elapsed, read_heartbeats(options.run_dir, options.ranks))) {
+        if (auto silence =
+                watchdog.check(elapsed, read_heartbeats(options.run_dir, options.ranks))) {
           result.what = "hung: " + silence->message;
           result.exit_status = kHungExitStatus;
           // Reported once, by the caller, when the job is gone (at most kill_grace from now).
@@ -246,13 +250,16 @@ LaunchReport supervise_job(const LaunchOptions& options) {
     if (g_stop_signal != 0) {
       report.interrupted = true;
       report.exit_status = 128 + g_stop_signal;
-      reporter.say(cat("stopped by signal ", static_cast<int>(g_stop_signal), " before restarting"));
+      reporter.say(
+          cat("stopped by signal ", static_cast<int>(g_stop_signal), " before restarting"));
       return report;
     }
   }
   return report;
 }
 
-int supervise(const LaunchOptions& options) { return supervise_job(options).exit_status; }
+int supervise(const LaunchOptions& options) {
+  return supervise_job(options).exit_status;
+}
 
 }  // namespace strata::launch

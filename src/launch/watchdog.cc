@@ -26,7 +26,8 @@ std::optional<Silence> Watchdog::check(double now,
                                        const std::vector<std::optional<Heartbeat>>& beats) {
   if (config_.heartbeat_timeout <= 0) return std::nullopt;
   for (int r = 0; r < config_.ranks; ++r) {
-    const std::optional<Heartbeat>& beat = r < static_cast<int>(beats.size()) ? beats[r] : std::nullopt;
+    const std::optional<Heartbeat>& beat =
+        r < static_cast<int>(beats.size()) ? beats[r] : std::nullopt;
     RankState& s = state_[r];
     if (!beat) continue;  // a file that vanished keeps its last state
     if (!s.last || !same(*s.last, *beat)) {
@@ -40,8 +41,9 @@ std::optional<Silence> Watchdog::check(double now,
   if (first_beat_at_ < 0) {
     if (config_.startup_timeout > 0 && now > config_.startup_timeout) {
       for (int r = 0; r < config_.ranks; ++r) silence.ranks.push_back(r);
-      silence.message = cat("no rank wrote a heartbeat within ", seconds_text(config_.startup_timeout),
-                            " of the start (startup timeout)");
+      silence.message =
+          cat("no rank wrote a heartbeat within ", seconds_text(config_.startup_timeout),
+              " of the start (startup timeout)");
       return silence;
     }
     return std::nullopt;
@@ -56,8 +58,8 @@ std::optional<Silence> Watchdog::check(double now,
     silence.ranks.push_back(r);
     if (!details.empty()) details += "; ";
     if (s.last) {
-      details += cat("rank ", r, " silent for ", seconds_text(now - since), " (last heartbeat: step ",
-                     s.last->step, ", phase \"", s.last->phase, "\"");
+      details += cat("rank ", r, " silent for ", seconds_text(now - since),
+                     " (last heartbeat: step ", s.last->step, ", phase \"", s.last->phase, "\"");
       if (!s.last->host.empty()) details += cat(", pid ", s.last->pid, " on ", s.last->host);
       details += ")";
     } else {

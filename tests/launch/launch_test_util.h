@@ -21,8 +21,10 @@ class ScopedEnv {
   ScopedEnv() = default;
   ~ScopedEnv() {
     for (auto it = saved_.rbegin(); it != saved_.rend(); ++it) {
-      if (it->second.first) ::setenv(it->first.c_str(), it->second.second.c_str(), 1);
-      else ::unsetenv(it->first.c_str());
+      if (it->second.first)
+        ::setenv(it->first.c_str(), it->second.second.c_str(), 1);
+      else
+        ::unsetenv(it->first.c_str());
     }
   }
   ScopedEnv(const ScopedEnv&) = delete;

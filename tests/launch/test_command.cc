@@ -28,10 +28,10 @@ LaunchEnv laptop(int cores) {
 
 TEST(BuildCommand, MpirunOnOneHost) {
   const Argv cmd = build_command(train_options(2), laptop(8));
-  EXPECT_EQ(cmd, (Argv{"mpirun", "-np", "2", "--oversubscribe", "--bind-to", "none", "-x",
-                       "GLIBC_TUNABLES=glibc.malloc.hugetlb=1", "-x", "OMP_NUM_THREADS=4",
-                       "/opt/strata/strata", "train", "configs/tiny.toml", "--set",
-                       "train.steps=3"}));
+  EXPECT_EQ(cmd,
+            (Argv{"mpirun", "-np", "2", "--oversubscribe", "--bind-to", "none", "-x",
+                  "GLIBC_TUNABLES=glibc.malloc.hugetlb=1", "-x", "OMP_NUM_THREADS=4",
+                  "/opt/strata/strata", "train", "configs/tiny.toml", "--set", "train.steps=3"}));
 }
 
 TEST(BuildCommand, MpirunAsRoot) {
@@ -74,9 +74,10 @@ TEST(BuildCommand, MpirunForwardsTheEnvironmentByName) {
               {"OMP_NUM_THREADS", "3"},
               {"STRATA_LOG", "debug"}};
   const Argv cmd = build_command(train_options(2), env);
-  const Argv expected_tail = {"-x",       "GLIBC_TUNABLES",     "-x",    "OMP_NUM_THREADS",
-                              "-x",       "STRATA_LOG",         "/opt/strata/strata",
-                              "train",    "configs/tiny.toml",  "--set", "train.steps=3"};
+  const Argv expected_tail = {
+      "-x",           "GLIBC_TUNABLES",     "-x",    "OMP_NUM_THREADS",   "-x",
+      "STRATA_LOG",   "/opt/strata/strata", "train", "configs/tiny.toml", "--set",
+      "train.steps=3"};
   ASSERT_GE(cmd.size(), expected_tail.size());
   EXPECT_EQ(Argv(cmd.end() - expected_tail.size(), cmd.end()), expected_tail);
 }
@@ -86,10 +87,10 @@ TEST(BuildCommand, SrunInsideSlurm) {
   env.in_slurm = true;
   env.is_root = true;  // srun needs no root flag
   const Argv cmd = build_command(train_options(2), env);
-  EXPECT_EQ(cmd, (Argv{"srun", "--mpi=pmix", "-n", "2", "--kill-on-bad-exit=1",
-                       "--export=ALL,OMP_NUM_THREADS=2,GLIBC_TUNABLES=glibc.malloc.hugetlb=1",
-                       "/opt/strata/strata", "train", "configs/tiny.toml", "--set",
-                       "train.steps=3"}));
+  EXPECT_EQ(cmd,
+            (Argv{"srun", "--mpi=pmix", "-n", "2", "--kill-on-bad-exit=1",
+                  "--export=ALL,OMP_NUM_THREADS=2,GLIBC_TUNABLES=glibc.malloc.hugetlb=1",
+                  "/opt/strata/strata", "train", "configs/tiny.toml", "--set", "train.steps=3"}));
 }
 
 TEST(BuildCommand, SrunExportsNothingExtraWhenTheEnvironmentSetsIt) {
@@ -123,8 +124,7 @@ TEST(FormatCommand, QuotesForTheShell) {
 }
 
 TEST(Hostfile, CountsHosts) {
-  EXPECT_EQ(count_hostfile_hosts("# cluster\nnode1 slots=4\n\n  node2 slots=4 # spare\n   \n"),
-            2);
+  EXPECT_EQ(count_hostfile_hosts("# cluster\nnode1 slots=4\n\n  node2 slots=4 # spare\n   \n"), 2);
   EXPECT_EQ(count_hostfile_hosts(""), 0);
 }
 

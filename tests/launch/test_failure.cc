@@ -82,7 +82,8 @@ the job to be terminated. The first process to do so was:
 )";
 
 // mpirun -np 2 ./fin0: rank 1 calls exit(0) without MPI_Finalize (mpirun exits with 1).
-constexpr const char* kMpirunNoFinalize = R"(--------------------------------------------------------------------------
+constexpr const char* kMpirunNoFinalize =
+    R"(--------------------------------------------------------------------------
 mpirun has exited due to process rank 1 with PID 0 on
 node vm exiting improperly. There are three reasons this could occur:
 
@@ -97,7 +98,8 @@ exiting or it will be considered an "abnormal termination"
 )";
 
 // mpirun -np 2 ./abort: rank 1 calls MPI_Abort(MPI_COMM_WORLD, 7).
-constexpr const char* kMpirunAbort = R"(--------------------------------------------------------------------------
+constexpr const char* kMpirunAbort =
+    R"(--------------------------------------------------------------------------
 MPI_ABORT was invoked on rank 1 in communicator MPI_COMM_WORLD
 with errorcode 7.
 
@@ -108,7 +110,8 @@ exactly when Open MPI kills them.
 )";
 
 // mpirun -np 2 /nonexistent.
-constexpr const char* kMpirunNotFound = R"(--------------------------------------------------------------------------
+constexpr const char* kMpirunNotFound =
+    R"(--------------------------------------------------------------------------
 mpirun was unable to launch the specified application as it could not access
 or execute an executable:
 
@@ -268,8 +271,9 @@ TEST(ParseFailure, RealLauncherOutput) {
 TEST(ParseFailure, SuccessfulOrUnrelatedOutputNamesNoRank) {
   EXPECT_FALSE(parse_failure(""));
   EXPECT_FALSE(parse_failure("step 10 loss 3.2\nstep 20 loss 2.9\n"));
-  EXPECT_FALSE(parse_failure("salloc: Granted job allocation 1\nrank 0 size 2\n"
-                             "salloc: Relinquishing job allocation 1\n"));
+  EXPECT_FALSE(
+      parse_failure("salloc: Granted job allocation 1\nrank 0 size 2\n"
+                    "salloc: Relinquishing job allocation 1\n"));
 }
 
 TEST(ParseFailure, KeepsOnlyTheReportLinesThatMatter) {

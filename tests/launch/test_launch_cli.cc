@@ -34,7 +34,7 @@ const std::string kConfig = std::string(STRATA_SOURCE_DIR) + "/configs/tiny.toml
 
 TEST(LaunchCli, DryRunPrintsTheTrainCommand) {
   const ShellRun r = run_shell(kStrata + " launch -n 3 --dry-run -- " + kConfig +
-                          " --set train.steps=3 --set run.dir=/tmp/x");
+                               " --set train.steps=3 --set run.dir=/tmp/x");
   EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_EQ(r.out.rfind("mpirun -np 3 ", 0), 0u) << r.out;
   EXPECT_NE(r.out.find("--bind-to none"), std::string::npos) << r.out;
@@ -44,7 +44,8 @@ TEST(LaunchCli, DryRunPrintsTheTrainCommand) {
 }
 
 TEST(LaunchCli, SetBeforeTheSeparatorIsPassedOn) {
-  const ShellRun r = run_shell(kStrata + " launch -n 2 --dry-run " + kConfig + " --set train.steps=3");
+  const ShellRun r =
+      run_shell(kStrata + " launch -n 2 --dry-run " + kConfig + " --set train.steps=3");
   EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find(" train " + kConfig + " --set train.steps=3"), std::string::npos) << r.out;
 }
@@ -55,7 +56,7 @@ TEST(LaunchCli, InsideSlurmUsesSrun) {
   io::write_file_atomic(dir.file("srun"), "#!/bin/sh\nexit 0\n");
   ASSERT_EQ(::chmod(dir.file("srun").c_str(), 0755), 0);
   const ShellRun r = run_shell("SLURM_JOB_ID=42 PATH=" + dir.path() + ":$PATH " + kStrata +
-                          " launch -n 2 --dry-run -- " + kConfig);
+                               " launch -n 2 --dry-run -- " + kConfig);
   EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_EQ(r.out.rfind("srun --mpi=pmix -n 2 --kill-on-bad-exit=1 ", 0), 0u) << r.out;
 }
@@ -70,8 +71,8 @@ TEST(LaunchCli, BadConfigFailsBeforeStartingRanks) {
 TEST(LaunchCli, FailedRankLineAndExitStatus) {
   io::TempDir dir;
   const ShellRun r = run_shell("STRATA_FAKE_FAIL_RANK=1 STRATA_FAKE_FAIL_STATUS=7 " + kStrata +
-                          " launch -n 2 --max-restarts 1 --heartbeat-timeout 5 --program " +
-                          STRATA_FAKE_RANK + " --run-dir " + dir.path() + " -- " + dir.path());
+                               " launch -n 2 --max-restarts 1 --heartbeat-timeout 5 --program " +
+                               STRATA_FAKE_RANK + " --run-dir " + dir.path() + " -- " + dir.path());
   EXPECT_EQ(r.status, 7) << r.out;
   EXPECT_NE(r.out.find("strata launch: rank 1 failed with exit status 7 (job attempt 1 of 2); "
                        "restarting in 1 s"),

@@ -25,7 +25,12 @@ tmp=$(mktemp -d /tmp/strata_slurm_test.XXXXXX)
 started=0
 failures=0
 
+# Every job is named, so that cleanup cancels exactly ours (a reused cluster may run others).
+job_name=strata-launch-test-$$
+# An allocation of 2 tasks that is never queued for ever.
+salloc=(salloc -n 2 -J "$job_name" --immediate=60)
 cleanup() {
+  [ -n "${SLURM_CONF:-}" ] && scancel -n "$job_name" 2>/dev/null
   [ $started -eq 1 ] && "$src/scripts/slurm/stop.sh"
   rm -rf "$tmp"
 }
@@ -77,8 +82,8 @@ run() {
 check_hello() {
   local what=$1 dir=$2 ok=1
   for r in 0 1; do
-    if ! grep -q "^mpi_hello rank $r size 2 slurm_procid $r pmix_rank $r$" "$dir/hello_rank_$r.txt" \
-      2>/dev/null; then
+    local want="mpi_hello rank $r size 2 slurm_procid $r pmix_rank $r"
+    if ! grep -qx "$want" "$dir/hello_rank_$r.txt" 2>/dev/null; then
       ok=0
       echo "    rank $r: $(cat "$dir/hello_rank_$r.txt" 2>/dev/null || echo 'no file')"
     fi
@@ -90,8 +95,8 @@ check_hello() {
 if [ "$mode" = launch ]; then
   # (a) salloc: strata launch inside an allocation uses srun --mpi=pmix.
   mkdir -p "$tmp/a/out"
-  run salloc_hello 120 salloc -n 2 "$strata" launch -n 2 --program "$hello" --run-dir "$tmp/a" \
-    --heartbeat-timeout 0 -- "$tmp/a/out"
+  run salloc_hello 120 "${salloc[@]}" "$strata" launch -n 2 --program "$hello" \
+    --run-dir "$tmp/a" --heartbeat-timeout 0 -- "$tmp/a/out"
   [ $status -eq 0 ] || fail "salloc hello: exit status $status"
   grep -q "strata launch: starting 2 ranks (job attempt 1 of 1): srun --mpi=pmix -n 2" \
     "$tmp/salloc_hello.out" && pass "salloc: strata launch ran srun --mpi=pmix" ||
@@ -101,9 +106,10 @@ if [ "$mode" = launch ]; then
   # A failing rank under srun: named with its status, which is the exit status.
   mkdir -p "$tmp/fail"
   run salloc_fail 120 env STRATA_FAKE_FAIL_RANK=1 STRATA_FAKE_FAIL_STATUS=3 \
-    salloc -n 2 "$strata" launch -n 2 --max-restarts 1 --program "$fake" --run-dir "$tmp/fail" \
-    -- "$tmp/fail"
-  [ $status -eq 3 ] && pass "srun failure: exit status 3" || fail "srun failure: exit status $status, not 3"
+    "${salloc[@]}" "$strata" launch -n 2 --max-restarts 1 --program "$fake" \
+    --run-dir "$tmp/fail" -- "$tmp/fail"
+  [ $status -eq 3 ] && pass "srun failure: exit status 3" ||
+    fail "srun failure: exit status $status, not 3"
   grep -q "strata launch: rank 1 failed with exit status 3 (job attempt 2 of 2); no restarts left" \
     "$tmp/salloc_fail.out" && pass "srun failure: rank 1 named, restarted once" ||
     fail "srun failure: no line naming rank 1 after 2 attempts"
@@ -112,8 +118,8 @@ if [ "$mode" = launch ]; then
   mkdir -p "$tmp/hang"
   t0=$SECONDS
   run salloc_hang 120 env STRATA_FAKE_HANG_RANK=1 STRATA_FAKE_STEPS=100 \
-    salloc -n 2 "$strata" launch -n 2 --heartbeat-timeout 3 --kill-grace 3 --program "$fake" \
-    --run-dir "$tmp/hang" -- "$tmp/hang"
+    "${salloc[@]}" "$strata" launch -n 2 --heartbeat-timeout 3 --kill-grace 3 \
+    --program "$fake" --run-dir "$tmp/hang" -- "$tmp/hang"
   took=$((SECONDS - t0))
   [ $status -eq 124 ] && pass "srun hang: exit status 124 after ${took}s" ||
     fail "srun hang: exit status $status, not 124"
@@ -129,18 +135,20 @@ if [ "$mode" = launch ]; then
 #!/bin/bash
 #SBATCH -n 2
 #SBATCH -o $tmp/b/slurm.out
-#SBATCH -J strata-launch-test
-exec "$strata" launch -n 2 --program "$hello" --run-dir "$tmp/b" --heartbeat-timeout 0 -- "$tmp/b/out"
+#SBATCH -J $job_name
+exec "$strata" launch -n 2 --program "$hello" --run-dir "$tmp/b" --heartbeat-timeout 0 \\
+  -- "$tmp/b/out"
 JOB
   run sbatch_hello 120 sbatch --wait "$tmp/b/job.sh"
   [ $status -eq 0 ] || fail "sbatch: exit status $status"
   sed 's/^/    job: /' "$tmp/b/slurm.out" 2>/dev/null
   grep -q "srun --mpi=pmix -n 2" "$tmp/b/slurm.out" 2>/dev/null &&
-    pass "sbatch: strata launch ran srun --mpi=pmix" || fail "sbatch: no srun --mpi=pmix in the job output"
+    pass "sbatch: strata launch ran srun --mpi=pmix" ||
+    fail "sbatch: no srun --mpi=pmix in the job output"
   check_hello "sbatch" "$tmp/b/out"
 elif [ "$mode" = train ]; then
   # (c) A real training job of 2 ranks.
-  run salloc_train 600 salloc -n 2 "$strata" launch -n 2 -- "$src/configs/tiny.toml" \
+  run salloc_train 600 "${salloc[@]}" "$strata" launch -n 2 -- "$src/configs/tiny.toml" \
     --set data.source=synthetic --set train.steps=3 --set model.n_layer=1 --set model.d_model=64 \
     --set model.n_head=2 --set model.vocab_size=256 --set train.seq_len=32 \
     --set model.max_seq_len=32 --set train.batch_size=2 --set run.dir="$tmp/run"

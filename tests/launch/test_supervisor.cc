@@ -82,7 +82,8 @@ TEST(Supervisor, RestartsUpToTheLimitThenReportsTheFinalStatus) {
   EXPECT_EQ(r.attempts, 3);
   ASSERT_EQ(r.failures.size(), 3u);
   for (int a = 0; a < 3; ++a)
-    EXPECT_EQ(r.failures[a], cat("rank 1 failed with exit status 5 (job attempt ", a + 1, " of 3)"));
+    EXPECT_EQ(r.failures[a],
+              cat("rank 1 failed with exit status 5 (job attempt ", a + 1, " of 3)"));
   // Every attempt really ran, and told its ranks its number.
   EXPECT_EQ(file_or_empty(dir.file("attempts_rank_0.txt")), "1\n2\n3\n");
   const std::string log = file_or_empty(dir.file("launch.log"));
