@@ -38,12 +38,16 @@ alive() {
     [ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" != Z ]  # a zombie is gone
 }
 
-# 1. Packages (Debian's), only when missing.
-if ! command -v slurmctld >/dev/null || ! command -v slurmd >/dev/null ||
-   ! command -v munged >/dev/null || ! command -v sinfo >/dev/null; then
-  say "installing slurm-wlm and munge"
+# 1. Packages (Debian's), only when missing. libpmix-dev: SLURM's mpi/pmix plugin (srun
+# --mpi=pmix) loads pmix2/lib/libpmix.so, which only the -dev package provides.
+missing=()
+for p in slurm-wlm munge libpmix-dev; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  say "installing ${missing[*]}"
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get -o DPkg::Lock::Timeout=900 install -y -qq \
-    slurm-wlm munge >/dev/null
+    --no-install-recommends "${missing[@]}" >/dev/null || die "cannot install ${missing[*]}"
 fi
 
 mkdir -p "$dir"

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -100,10 +101,17 @@ ChildProcess::ChildProcess(const std::vector<std::string>& argv,
     fail("strata launch: pipe failed: ", std::strerror(errno));
   }
   const int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  const pid_t parent = ::getpid();
 
   pid_ = ::fork();
   if (pid_ == 0) {
     ::setsid();
+    // If the supervisor dies without stopping the job (SIGKILL, a crash), the launcher gets
+    // SIGTERM and tears the job down rather than running on unsupervised. The check after
+    // prctl covers a supervisor that died before it took effect. (The signal follows the
+    // thread that forked: the supervisor's thread must live as long as the job.)
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (::getppid() != parent) ::_exit(1);
     // The supervisor ignores SIGPIPE, and an ignored signal stays ignored across exec.
     ::signal(SIGPIPE, SIG_DFL);
     ::signal(SIGINT, SIG_DFL);

@@ -208,6 +208,8 @@ LaunchReport supervise_job(const LaunchOptions& options) {
   }
 
   Reporter reporter(options.run_dir);
+  if (env.in_slurm && !options.hostfile.empty())
+    reporter.say("--hostfile is ignored inside a SLURM allocation: srun places the ranks");
   SignalGuard signals;
   const int attempts = options.max_restarts + 1;
   std::string previous;

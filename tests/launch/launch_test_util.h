@@ -47,7 +47,9 @@ inline LaunchOptions fake_job(int ranks, const std::string& run_dir) {
   o.program = STRATA_FAKE_RANK;
   o.args = {run_dir};
   o.run_dir = run_dir;
-  o.heartbeat_timeout = 2;
+  // Long enough that a loaded machine never makes a healthy rank look hung; the hang tests
+  // shorten it.
+  o.heartbeat_timeout = 10;
   o.startup_timeout = 10;
   o.kill_grace = 2;
   o.restart_delay = 0.2;

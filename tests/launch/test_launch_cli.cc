@@ -1,10 +1,15 @@
 // `strata launch` as users type it: the binary, its options, its output and its exit status.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <string>
+#include <thread>
 
+#include "launch/heartbeat.h"
 #include "launch_test_util.h"
 
 namespace strata::launch {
@@ -83,6 +88,29 @@ TEST(LaunchCli, FailedRankLineAndExitStatus) {
             std::string::npos)
       << r.out;
   EXPECT_EQ(leftover_processes(dir.path()), "");
+}
+
+TEST(LaunchCli, KilledSupervisorTakesTheJobWithIt) {
+  io::TempDir dir;
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::setenv("STRATA_FAKE_STEPS", "1000", 1);
+    // Silent ranks: mpirun must not learn of the supervisor's death from a broken pipe.
+    ::setenv("STRATA_FAKE_QUIET", "1", 1);
+    ::execl(STRATA_CLI, STRATA_CLI, "launch", "-n", "2", "--program", STRATA_FAKE_RANK, "--run-dir",
+            dir.path().c_str(), "--", dir.path().c_str(), nullptr);
+    ::_exit(127);
+  }
+  ASSERT_GT(pid, 0);
+  // Wait until both ranks run, then kill the supervisor the way nothing can catch.
+  for (int i = 0; i < 100 && !(read_heartbeat(dir.path(), 0) && read_heartbeat(dir.path(), 1)); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_NE(leftover_processes(dir.path(), 0), "");
+  ::kill(pid, SIGKILL);
+  int ws = 0;
+  ::waitpid(pid, &ws, 0);
+  EXPECT_TRUE(WIFSIGNALED(ws));
+  EXPECT_EQ(leftover_processes(dir.path(), 10), "");
 }
 
 }  // namespace

@@ -112,7 +112,8 @@ TEST(Supervisor, HungRankIsDetectedAndTheJobKilled) {
   env.set("STRATA_FAKE_HANG_RANK", "1");
   env.set("STRATA_FAKE_HANG_STEP", "2");
   env.set("STRATA_FAKE_STEPS", "50");
-  const LaunchOptions o = fake_job(2, dir.path());
+  LaunchOptions o = fake_job(2, dir.path());
+  o.heartbeat_timeout = 2;
   const Clock::time_point start = Clock::now();
   const LaunchReport r = supervise_job(o);
   const double took = seconds_since(start);
@@ -134,6 +135,7 @@ TEST(Supervisor, HungRankThatIgnoresSigtermIsKilled) {
   env.set("STRATA_FAKE_IGNORE_TERM", "1");
   env.set("STRATA_FAKE_STEPS", "50");
   LaunchOptions o = fake_job(2, dir.path());
+  o.heartbeat_timeout = 2;
   o.max_restarts = 1;  // and the restart hangs the same way: killed twice
   const Clock::time_point start = Clock::now();
   const LaunchReport r = supervise_job(o);

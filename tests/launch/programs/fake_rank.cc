@@ -11,6 +11,7 @@
 // STRATA_FAKE_HANG_RANK, STRATA_FAKE_HANG_STEP (2): stop beating and sleep forever;
 //   STRATA_FAKE_IGNORE_TERM=1: and ignore SIGTERM (only SIGKILL ends it).
 // STRATA_FAKE_NO_HEARTBEAT=1: never write a heartbeat.
+// STRATA_FAKE_QUIET=1: print nothing (a job whose launcher would not notice a closed console).
 // Every rank appends its attempt number to RUN_DIR/attempts_rank_R.txt when it starts.
 #include <signal.h>
 #include <sys/resource.h>
@@ -56,6 +57,7 @@ int main(int argc, char** argv) {
   const bool hangs = env_int("STRATA_FAKE_HANG_RANK", -1) == rank;
   const int hang_step = env_int("STRATA_FAKE_HANG_STEP", 2);
   const bool beats = env_int("STRATA_FAKE_NO_HEARTBEAT", 0) == 0;
+  const bool quiet = env_int("STRATA_FAKE_QUIET", 0) != 0;
 
   const rlimit no_core{0, 0};  // a deliberate crash should not leave core files around
   ::setrlimit(RLIMIT_CORE, &no_core);
@@ -77,7 +79,7 @@ int main(int argc, char** argv) {
       for (;;) ::pause();
     }
     if (beats) strata::launch::write_heartbeat(run_dir, rank, step, "step");
-    if (rank == 0) std::printf("fake rank 0 step %d\n", step);
+    if (rank == 0 && !quiet) std::printf("fake rank 0 step %d\n", step);
     std::fflush(stdout);
   }
   if (beats) strata::launch::write_heartbeat(run_dir, rank, steps, strata::launch::kPhaseDone);
