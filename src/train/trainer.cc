@@ -13,6 +13,7 @@
 #include "data/unigram.h"
 #include "io/atomic_file.h"
 #include "kernels/cpu/kernels.h"
+#include "launch/heartbeat.h"
 #include "model/generate.h"
 #include "train/checkpoint.h"
 
@@ -74,6 +75,7 @@ Trainer::Trainer(RunConfig config, ProcessGroups* groups)
     log::open_file((fs::path(config_.run.dir) / "train.log").string());
   }
   if (config_.system.memory_limit_mb > 0) arena_.set_limit(config_.system.memory_limit_mb << 20);
+  heartbeat("init");
   if (is_rank0())
     io::write_file_atomic((fs::path(config_.run.dir) / "config.json").string(),
                           config_to_json(config_).dump(2));
@@ -114,6 +116,11 @@ Trainer::Trainer(RunConfig config, ProcessGroups* groups)
 
 Trainer::~Trainer() { log::close_file(); }
 
+// Tells the supervisor (strata launch) this rank is alive and where it is.
+void Trainer::heartbeat(const char* phase) {
+  launch::write_heartbeat(config_.run.dir, rank_, step_, phase);
+}
+
 double Trainer::mean_over_dp(double value) {
   if (!groups_ || groups_->dp().size() == 1) return value;
   double v = value;  // summed as two floats would lose digits; f32 is what Comm reduces
@@ -145,6 +152,7 @@ void Trainer::prepare_data() {
   tokenizer_path_ = (fs::path(d.dir) / "tokenizer.json").string();
   // Rank 0 prepares; the others wait for it (a barrier with the comm timeout).
   if (d.source == "text" && is_rank0() && shards_with_prefix(d.dir, "train_").empty()) {
+    heartbeat("prepare");
     log::info("preparing data: training a ", config_.model.vocab_size, "-token BPE tokenizer on ",
               d.text.size(), " file(s) into ", d.dir);
     const data::PrepareReport report =
@@ -342,7 +350,9 @@ double Trainer::run() {
     const double tps = tokens_per_step / r.seconds;
     const double mfu = tps * flops_per_token / peak_flops_;
     double v = std::numeric_limits<double>::quiet_NaN();
+    heartbeat("step");
     if ((t.eval_every > 0 && r.step % t.eval_every == 0) || r.step == t.steps) {
+      heartbeat("eval");
       v = evaluate();
       val_loss = v;
       if (!std::isnan(v) && is_rank0())
@@ -354,6 +364,7 @@ double Trainer::run() {
                       smoothed});
     if ((t.checkpoint_every > 0 && r.step % t.checkpoint_every == 0) || r.step == t.steps) {
       console_->finish();
+      heartbeat("checkpoint");
       save();
     }
   }
@@ -362,6 +373,7 @@ double Trainer::run() {
     log::warn(arena_.allocations_after_freeze(), " arena allocations happened inside the step loop");
   log::info("training done: ", step_, " steps", std::isnan(val_loss) ? "" : cat(", val_loss ", val_loss));
   sample_at_end();
+  heartbeat("done");
   return val_loss;
 }
 

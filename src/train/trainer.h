@@ -58,6 +58,7 @@ class Trainer {
   void sample_at_end();
   bool is_rank0() const { return rank_ == 0; }
   double mean_over_dp(double value);
+  void heartbeat(const char* phase);
 
   RunConfig config_;
   ProcessGroups* groups_ = nullptr;
