@@ -40,11 +40,13 @@ std::vector<std::string> shards_with_prefix(const std::string& dir, const std::s
 }  // namespace
 
 double measure_gemm_flops() {
-  const int64_t n = 512;
+  // A training-sized product (about 2 GFLOP, ~10 ms): small ones under-report the peak, and MFU
+  // is this rate's fraction, so it must be the best the machine does.
+  const int64_t n = 1024;
   std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
   kernels::gemm(false, true, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
   double best = 0;
-  for (int rep = 0; rep < 5; ++rep) {
+  for (int rep = 0; rep < 8; ++rep) {
     const auto t0 = Clock::now();
     kernels::gemm(false, true, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
     best = std::max(best, 2.0 * n * n * n / seconds_since(t0));
