@@ -339,7 +339,10 @@ void Trainer::write_metrics(const StepResult& r, double tokens_per_s, double mfu
 
 double Trainer::run() {
   const TrainConfig& t = config_.train;
-  const double tokens_per_step = static_cast<double>(t.batch_size * t.seq_len * t.grad_accum);
+  // Tokens of the global batch (every dp rank's micro-batches); MFU against every rank's peak.
+  const int64_t dp_size = groups_ ? groups_->dp().size() : 1;
+  const double tokens_per_step =
+      static_cast<double>(t.batch_size * t.seq_len * t.grad_accum * dp_size);
   const double flops_per_token = model_->train_flops_per_token();
   double smoothed = 0;
   double val_loss = std::numeric_limits<double>::quiet_NaN();
@@ -350,7 +353,7 @@ double Trainer::run() {
     if (r.step == first + 1) arena_.freeze();  // from here on the loop must not allocate
     smoothed = smoothed == 0 ? r.seconds : 0.9 * smoothed + 0.1 * r.seconds;
     const double tps = tokens_per_step / r.seconds;
-    const double mfu = tps * flops_per_token / peak_flops_;
+    const double mfu = tps * flops_per_token / (peak_flops_ * world_);
     double v = std::numeric_limits<double>::quiet_NaN();
     heartbeat("step");
     if ((t.eval_every > 0 && r.step % t.eval_every == 0) || r.step == t.steps) {
