@@ -37,9 +37,17 @@ Command add_train_command(CLI::App& parent) {
             // against the world size before any work starts.
             MpiSession mpi;
             const ParallelConfig& p = config.parallel;
-            const Layout layout =
-                resolve_layout(static_cast<int>(p.tp), static_cast<int>(p.pp), static_cast<int>(p.dp),
-                               static_cast<int>(p.zero), mpi_world_size());
+            Layout layout;
+            try {
+              layout = resolve_layout(static_cast<int>(p.tp), static_cast<int>(p.pp),
+                                      static_cast<int>(p.dp), static_cast<int>(p.zero),
+                                      mpi_world_size());
+            } catch (const std::exception& e) {
+              // Every rank finds the same problem: one of them says it.
+              if (mpi_world_rank() == 0) std::fprintf(stderr, "\nerror: %s\n", e.what());
+              std::fflush(stderr);
+              std::_Exit(1);
+            }
             try {
               ProcessGroups groups = ProcessGroups::create(layout);
               Trainer trainer(std::move(config), &groups);

@@ -277,6 +277,15 @@ std::string Trainer::save() {
   state.step = step_;
   state.config = config_to_json(config_);
   state.data = train_data_->state();
+  // The schedule and every random stream are functions of (config, step): initialisation and
+  // sampling draw from counter-based Philox streams keyed by the seed, and training itself
+  // draws nothing, so these records are what a resume needs to continue exactly.
+  state.extra["scheduler"] = {{"step", step_},
+                              {"lr", learning_rate(config_.optim, step_, config_.train.steps)},
+                              {"decay", config_.optim.decay}};
+  state.extra["rng"] = {{"generator", "philox4x32-10"}, {"seed", config_.train.seed},
+                        {"draws_per_step", 0}};
+  state.extra["optimizer"] = {{"type", "adamw"}, {"steps_taken", optimizer_->steps_taken()}};
   const auto t0 = Clock::now();
   ParamStore& params = model_->params();
   // Checkpoints hold global tensors: sharded buffers are gathered (all ranks take part).
