@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
-# Installs everything strata needs on Debian 12, from Debian's packages only. Idempotent.
+# Installs everything strata needs on Debian 12 (Debian's packages; Hugging Face's Python
+# libraries from PyPI for the interop tests). Idempotent. `--with-torch` adds PyTorch from Debian
+# (/usr/bin/python3), needed only by bench/ and tools/torch_reference.py, not by the tests.
 set -euo pipefail
+with_torch=0
+[ "${1:-}" = "--with-torch" ] && with_torch=1
 packages=(
   build-essential cmake ninja-build pkg-config clang-format
   libdnnl-dev libopenblas-openmp-dev nlohmann-json3-dev libtomlplusplus-dev libcli11-dev
@@ -8,8 +12,8 @@ packages=(
   openmpi-bin libopenmpi-dev libpmix-dev   # the CPU communication engine (PMIx for srun)
   slurm-wlm munge                          # single-node SLURM for the launcher tests
   bible-kjv                   # the default English corpus (King James Bible text)
-  python3-torch python3-numpy # PyTorch reference and benchmark peer (/usr/bin/python3)
 )
+[ $with_torch -eq 1 ] && packages+=(python3-torch python3-numpy)  # reference and benchmark peer
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
