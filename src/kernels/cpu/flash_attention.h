@@ -1,0 +1,28 @@
+// Causal self-attention, tiled (FlashAttention-2 style): the T x T score matrix is never
+// materialised. Same layouts and semantics as attention_forward / attention_backward in
+// kernels.h: qkv[b*t, (nh + 2*nkv)*hd] holds q heads, then k heads, then v heads; query head h
+// reads kv head h / (nh / nkv); out[b*t, nh*hd]; scores scaled by 1/sqrt(hd); causal.
+//
+// Determinism: every output element is produced by exactly one task in a fixed order of
+// operations, so results are bitwise independent of the thread count and of scheduling.
+#pragma once
+#include <cstdint>
+
+namespace strata::kernels {
+
+// out[b*t, nh*hd] = softmax(q k^T / sqrt(hd), causal) v.
+// lse[b, nh, t] = log sum_j exp(q_i . k_j / sqrt(hd)) over j <= i (saved for the backward).
+void flash_attention_forward(float* out, float* lse, const float* qkv, int64_t b, int64_t t,
+                             int64_t nh, int64_t nkv, int64_t hd);
+
+// Floats of scratch flash_attention_backward needs: per-thread tiles only, O(threads * block *
+// hd) and independent of t.
+int64_t flash_attention_backward_scratch(int64_t b, int64_t t, int64_t nh, int64_t nkv, int64_t hd);
+
+// dqkv[b*t, (nh + 2*nkv)*hd] overwritten (q, k and v parts) from dout[b*t, nh*hd], given the
+// forward's out and lse. Scores are recomputed tile by tile (P = exp(S / sqrt(hd) - lse)).
+void flash_attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                              const float* out, const float* lse, int64_t b, int64_t t, int64_t nh,
+                              int64_t nkv, int64_t hd);
+
+}  // namespace strata::kernels
