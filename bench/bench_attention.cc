@@ -5,7 +5,7 @@
 // The RSS column is the growth of ru_maxrss over a forward + backward, measured in a child
 // process per kernel and T (this binary re-run with --rss-run KERNEL T).
 // Options: --skip-naive-8192, --no-rss, --reps N (timing repetitions, best of N; default 3,
-// 1 at T=8192), --t T (one sequence length).
+// 1 at T=8192), --t T (one sequence length), --only naive|flash.
 #include <omp.h>
 #include <sys/resource.h>
 
@@ -117,7 +117,7 @@ double rss_growth_mb(const char* self, bool flash, int64_t t) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool skip_naive_8192 = false, rss = true;
+  bool skip_naive_8192 = false, rss = true, run_naive = true, run_flash = true;
   int reps = 3;
   std::vector<int64_t> ts = {512, 2048, 8192};
   for (int i = 1; i < argc; ++i) {
@@ -130,11 +130,17 @@ int main(int argc, char** argv) {
       rss = false;
     } else if (a == "--reps" && i + 1 < argc) {
       reps = std::max(1, std::atoi(argv[++i]));
+    } else if (a == "--only" && i + 1 < argc) {
+      const std::string k = argv[++i];
+      run_naive = k == "naive";
+      run_flash = k == "flash";
     } else if (a == "--t" && i + 1 < argc) {
       ts = {std::atoll(argv[++i])};
     } else {
-      std::fprintf(stderr, "usage: %s [--skip-naive-8192] [--no-rss] [--reps N] [--t T]\n",
-                   argv[0]);
+      std::fprintf(
+          stderr,
+          "usage: %s [--skip-naive-8192] [--no-rss] [--reps N] [--t T] [--only naive|flash]\n",
+          argv[0]);
       return 2;
     }
   }
@@ -148,6 +154,7 @@ int main(int argc, char** argv) {
     // 2 * hd * t(t+1)/2 per head.
     const double prod = 2.0 * double(kHd) * double(t) * double(t + 1) / 2.0 * double(kB * kNh);
     for (bool flash : {false, true}) {
+      if (flash ? !run_flash : !run_naive) continue;
       if (!flash && t >= 8192 && skip_naive_8192) {
         std::printf("%6lld %6s %10s %10s %10s %9s %12.1f %12s\n", (long long)t, "naive", "skipped",
                     "skipped", "-", "-", double(extra_floats(false, t)) * 4.0 / 1e6, "-");

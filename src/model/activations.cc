@@ -1,5 +1,6 @@
 #include "model/activations.h"
 
+#include "kernels/cpu/flash_attention.h"
 #include "kernels/cpu/kernels.h"
 
 namespace strata {
@@ -24,7 +25,10 @@ ActivationStore::ActivationStore(const ModelConfig& cfg, Arena& arena, int64_t b
     if (layernorm) l.attn_mean = act(arena, n, "attention norm mean");
     l.attn_rstd = act(arena, n, "attention norm rstd");
     l.qkv = act(arena, n * cfg.qkv_width(), "qkv");
-    l.probs = act(arena, batch * cfg.n_head * seq_len * seq_len, "attention probabilities");
+    if (cfg.flash_attention())
+      l.lse = act(arena, batch * cfg.n_head * seq_len, "attention log-sum-exp");
+    else
+      l.probs = act(arena, batch * cfg.n_head * seq_len * seq_len, "attention probabilities");
     l.attn_out = act(arena, n * cfg.n_head * cfg.head_dim(), "attention output");
     l.resid_mid = act(arena, n * c, "residual after attention");
     l.mlp_norm = act(arena, n * c, "mlp norm");
@@ -53,10 +57,13 @@ GradScratch::GradScratch(const ModelConfig& cfg, Arena& arena, int64_t batch, in
   dattn = ws(n * cfg.n_head * cfg.head_dim(), "attention output gradient");
   dmlp_pre = ws(n * pre_width, "mlp pre-activation gradient");
   dmlp_act = ws(n * f, "mlp activation gradient");
-  attn_scratch = ws(std::max<int64_t>(1, kernels::attention_backward_scratch(
-                                             batch, seq_len, cfg.n_head, cfg.kv_heads(),
-                                             cfg.head_dim())),
-                    "attention backward scratch");
+  const int64_t scratch =
+      cfg.flash_attention()
+          ? kernels::flash_attention_backward_scratch(batch, seq_len, cfg.n_head, cfg.kv_heads(),
+                                                      cfg.head_dim())
+          : kernels::attention_backward_scratch(batch, seq_len, cfg.n_head, cfg.kv_heads(),
+                                                cfg.head_dim());
+  attn_scratch = ws(std::max<int64_t>(1, scratch), "attention backward scratch");
 }
 
 }  // namespace strata

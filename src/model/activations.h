@@ -15,7 +15,8 @@ struct LayerActivations {
   float* attn_mean = nullptr;   // [n] (LayerNorm only)
   float* attn_rstd = nullptr;   // [n]
   float* qkv = nullptr;         // [n, qkv_width] (q and k after RoPE for llama)
-  float* probs = nullptr;       // [b, nh, t, t]
+  float* probs = nullptr;       // [b, nh, t, t] (naive attention)
+  float* lse = nullptr;         // [b, nh, t] log-sum-exp of each query row (flash attention)
   float* attn_out = nullptr;    // [n, nh*hd] heads concatenated
   float* resid_mid = nullptr;   // [n, c] residual after attention
   float* mlp_norm = nullptr;    // [n, c]

@@ -34,6 +34,8 @@ void ModelConfig::finalize() {
   STRATA_CHECK(vocab_size >= 2, "model.vocab_size: must be at least 2, got ", vocab_size);
   STRATA_CHECK(max_seq_len >= 1, "model.max_seq_len: must be at least 1, got ", max_seq_len);
   STRATA_CHECK(norm_eps > 0, "model.norm_eps: must be positive, got ", norm_eps);
+  STRATA_CHECK(attention == "naive" || attention == "flash", "model.attention: unknown kernel '",
+               attention, "' (expected \"naive\" or \"flash\")");
 }
 
 int64_t ModelConfig::num_params(bool include_positions) const {

@@ -22,6 +22,9 @@ struct ModelConfig {
   float rope_theta = 10000.0f;
   bool tie_embeddings = true;  // gpt2 default true, llama default false
   float init_std = 0.02f;
+  // Attention kernel: "naive" keeps the T×T probabilities for backward; "flash" keeps only the
+  // log-sum-exp per query row and recomputes scores per tile (memory linear in T).
+  std::string attention = "naive";
 
   // Derived values, valid after finalize().
   int64_t head_dim() const { return d_model / n_head; }
@@ -29,6 +32,7 @@ struct ModelConfig {
   int64_t qkv_width() const { return (n_head + 2 * kv_heads()) * head_dim(); }
   bool has_bias() const { return family == ModelFamily::gpt2; }
   bool learned_positions() const { return family == ModelFamily::gpt2; }
+  bool flash_attention() const { return attention == "flash"; }
 
   // Fills defaults that depend on the family and checks consistency; throws strata::Error
   // naming the key ("model.n_head") and the problem.

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/philox.h"
+#include "kernels/cpu/flash_attention.h"
 #include "kernels/cpu/kernels.h"
 
 namespace strata {
@@ -142,7 +143,10 @@ void Decoder::block_forward(int layer, ActivationStore& a, int64_t b, int64_t t)
   k::linear_forward(l.qkv, l.attn_norm, P(bp.q_w), P(bp.q_b), n, c, cfg.qkv_width());
   if (cfg.family == ModelFamily::llama)
     k::rope_forward(l.qkv, b, t, nh, cfg.kv_heads(), hd, cfg.rope_theta);
-  k::attention_forward(l.attn_out, l.probs, l.qkv, b, t, nh, cfg.kv_heads(), hd);
+  if (cfg.flash_attention())
+    k::flash_attention_forward(l.attn_out, l.lse, l.qkv, b, t, nh, cfg.kv_heads(), hd);
+  else
+    k::attention_forward(l.attn_out, l.probs, l.qkv, b, t, nh, cfg.kv_heads(), hd);
   k::linear_forward(l.resid_mid, l.attn_out, P(bp.o_w), P(bp.o_b), n, nh * hd, c);
   k::add_inplace(l.resid_mid, x, n * c);
 
@@ -229,7 +233,11 @@ void Decoder::block_backward(int layer, ActivationStore& a, int64_t b, int64_t t
 
   // s.dresid now holds dL/d(residual after attention).
   k::linear_backward(s.dattn, G(bp.o_w), G(bp.o_b), s.dresid, l.attn_out, P(bp.o_w), n, nh * hd, c);
-  k::attention_backward(s.dqkv, s.attn_scratch, s.dattn, l.qkv, l.probs, b, t, nh, cfg.kv_heads(), hd);
+  if (cfg.flash_attention())
+    k::flash_attention_backward(s.dqkv, s.attn_scratch, s.dattn, l.qkv, l.attn_out, l.lse, b, t, nh,
+                                cfg.kv_heads(), hd);
+  else
+    k::attention_backward(s.dqkv, s.attn_scratch, s.dattn, l.qkv, l.probs, b, t, nh, cfg.kv_heads(), hd);
   if (cfg.family == ModelFamily::llama)
     k::rope_backward(s.dqkv, b, t, nh, cfg.kv_heads(), hd, cfg.rope_theta);
   k::linear_backward(s.dnorm, G(bp.q_w), G(bp.q_b), s.dqkv, l.attn_norm, P(bp.q_w), n, c, cfg.qkv_width());

@@ -46,6 +46,7 @@ const Field kFields[] = {
     STRATA_FIELD(model, rope_theta),
     STRATA_FIELD(model, tie_embeddings),
     STRATA_FIELD(model, init_std),
+    STRATA_FIELD(model, attention),
     STRATA_FIELD(train, steps),
     STRATA_FIELD(train, seed),
     STRATA_FIELD(train, batch_size),

@@ -110,6 +110,46 @@ TEST_P(DecoderFamilies, SeededSamplingIsDeterministic) {
   for (int32_t t : a) EXPECT_TRUE(t >= 0 && t < 97);
 }
 
+TEST_P(DecoderFamilies, FlashAttentionGivesTheSameLossAndGradients) {
+  // model.attention = "flash" changes how attention is computed and what it saves, not the result.
+  ModelConfig naive_cfg = tiny(GetParam()), flash_cfg = tiny(GetParam());
+  flash_cfg.attention = "flash";
+  Arena arena;
+  Decoder naive(naive_cfg, arena, 2, 16), flash(flash_cfg, arena, 2, 16);
+  naive.init(11);
+  flash.init(11);
+  std::vector<int32_t> in(32), tg(32);
+  for (int i = 0; i < 32; ++i) {
+    in[i] = (i * 37 + 5) % 97;
+    tg[i] = (i * 53 + 11) % 97;
+  }
+  naive.params().zero_grads();
+  flash.params().zero_grads();
+  const double a = naive.forward_backward(in.data(), tg.data(), 1.0f / 32);
+  const double b = flash.forward_backward(in.data(), tg.data(), 1.0f / 32);
+  EXPECT_NEAR(a, b, 1e-6 * std::abs(a));
+  const ParamStore& pn = naive.params();
+  const ParamStore& pf = flash.params();
+  double total = 0;
+  for (int64_t e = 0; e < pn.size(); ++e) total += static_cast<double>(pn.grads()[e]) * pn.grads()[e];
+  // Relative to the tensor, or to 1e-3 of the global norm for a tensor whose true gradient is
+  // zero (gpt2's k bias: softmax ignores a constant added to every score of a query).
+  const double floor = 1e-3 * std::sqrt(total);
+  for (int i = 0; i < pn.count(); ++i) {
+    double num = 0, den = 0;
+    for (int64_t e = 0; e < pn.info(i).numel; ++e) {
+      const double d = static_cast<double>(pn.grad(i)[e]) - pf.grad(i)[e];
+      num += d * d;
+      den += static_cast<double>(pn.grad(i)[e]) * pn.grad(i)[e];
+    }
+    EXPECT_LT(std::sqrt(num) / std::max(std::sqrt(den), floor), 1e-5) << pn.info(i).name;
+  }
+  // Flash keeps no T x T probabilities.
+  Arena a_naive, a_flash;
+  Decoder n2(naive_cfg, a_naive, 2, 16), f2(flash_cfg, a_flash, 2, 16);
+  EXPECT_LT(a_flash.current(MemCategory::activations), a_naive.current(MemCategory::activations));
+}
+
 TEST(Decoder, BadShapesAreClearErrors) {
   ModelConfig c = tiny(ModelFamily::gpt2);
   c.n_head = 5;

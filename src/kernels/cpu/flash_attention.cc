@@ -361,72 +361,75 @@ void flash_attention_backward(float* dqkv, float* scratch, const float* dout, co
   const int nthreads = omp_get_max_threads();
   const int64_t per_thread = per_thread_scratch(hd);
 
-  // Pass 1: dK, dV per (batch, kv head, key block); earliest key blocks (most work) first.
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nthreads)
-  for (int64_t task = 0; task < nblk * b * nkv; ++task) {
-    const int64_t kb = task / (b * nkv), bi = task % (b * nkv) / nkv, kvh = task % nkv;
+  const int64_t nbh = b * nh;
+  // The passes are independent (pass 2 reads only the inputs): one team, no barrier between.
+#pragma omp parallel num_threads(nthreads)
+  {
     const BwdTiles tl = tiles_of(scratch + int64_t(omp_get_thread_num()) * per_thread, hd);
-    const int64_t j0 = kb * kB, w = std::min(kB, t - j0);
-    const float* base = qkv + bi * t * ld;
-    pack_transposed(tl.pk, base + (nh + kvh) * hd, ld, j0, w, hd);
-    pack_transposed(tl.pv, base + (nh + nkv + kvh) * hd, ld, j0, w, hd);
-    std::fill(tl.g1, tl.g1 + kB * hd, 0.0f);
-    std::fill(tl.g2, tl.g2 + kB * hd, 0.0f);
-    for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
-      for (int64_t qb = kb; qb < nblk; ++qb) {
-        const int64_t i0 = qb * kB, m = std::min(kB, t - i0);
-        const bool diag = qb == kb;
-        const float* q = base + i0 * ld + h * hd;
-        const float* dout_b = dout + (bi * t + i0) * ldo + h * hd;
-        rows_d(tl.dd, dout_b, out + (bi * t + i0) * ldo + h * hd, ldo, m, hd);
-        block_probs_and_ds(tl, q, ld, dout_b, ldo, lse + (bi * nh + h) * t + i0, i0, m, j0, w, hd,
-                           scale);
-        // dV[j] += sum_r P[r, j] dO[r], dK[j] += sum_r dS[r, j] Q[r]; on the diagonal block
-        // rows r < j have P = dS = 0 and are skipped.
-        for (int64_t jr0 = 0; jr0 < w; jr0 += kMr) {
-          const int64_t mm = std::min<int64_t>(kMr, w - jr0);
-          const int64_t rs = diag ? jr0 : 0;
-          row_tile(mm, hd, m - rs, tl.s + rs * kB + jr0, 1, kB, dout_b + rs * ldo, ldo,
-                   tl.g2 + jr0 * hd, hd, 1.0f, true);
-          row_tile(mm, hd, m - rs, tl.dp + rs * kB + jr0, 1, kB, q + rs * ld, ld, tl.g1 + jr0 * hd,
-                   hd, 1.0f, true);
+    // Pass 1: dK, dV per (batch, kv head, key block); earliest key blocks (most work) first.
+#pragma omp for schedule(dynamic, 1) nowait
+    for (int64_t task = 0; task < nblk * b * nkv; ++task) {
+      const int64_t kb = task / (b * nkv), bi = task % (b * nkv) / nkv, kvh = task % nkv;
+      const int64_t j0 = kb * kB, w = std::min(kB, t - j0);
+      const float* base = qkv + bi * t * ld;
+      pack_transposed(tl.pk, base + (nh + kvh) * hd, ld, j0, w, hd);
+      pack_transposed(tl.pv, base + (nh + nkv + kvh) * hd, ld, j0, w, hd);
+      std::fill(tl.g1, tl.g1 + kB * hd, 0.0f);
+      std::fill(tl.g2, tl.g2 + kB * hd, 0.0f);
+      for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
+        for (int64_t qb = kb; qb < nblk; ++qb) {
+          const int64_t i0 = qb * kB, m = std::min(kB, t - i0);
+          const bool diag = qb == kb;
+          const float* q = base + i0 * ld + h * hd;
+          const float* dout_b = dout + (bi * t + i0) * ldo + h * hd;
+          rows_d(tl.dd, dout_b, out + (bi * t + i0) * ldo + h * hd, ldo, m, hd);
+          block_probs_and_ds(tl, q, ld, dout_b, ldo, lse + (bi * nh + h) * t + i0, i0, m, j0, w, hd,
+                             scale);
+          // dV[j] += sum_r P[r, j] dO[r], dK[j] += sum_r dS[r, j] Q[r]; on the diagonal block
+          // rows r < j have P = dS = 0 and are skipped.
+          for (int64_t jr0 = 0; jr0 < w; jr0 += kMr) {
+            const int64_t mm = std::min<int64_t>(kMr, w - jr0);
+            const int64_t rs = diag ? jr0 : 0;
+            row_tile(mm, hd, m - rs, tl.s + rs * kB + jr0, 1, kB, dout_b + rs * ldo, ldo,
+                     tl.g2 + jr0 * hd, hd, 1.0f, true);
+            row_tile(mm, hd, m - rs, tl.dp + rs * kB + jr0, 1, kB, q + rs * ld, ld,
+                     tl.g1 + jr0 * hd, hd, 1.0f, true);
+          }
         }
       }
+      float* drow = dqkv + (bi * t + j0) * ld;
+      store_rows(drow + (nh + kvh) * hd, ld, tl.g1, w, hd);
+      store_rows(drow + (nh + nkv + kvh) * hd, ld, tl.g2, w, hd);
     }
-    float* drow = dqkv + (bi * t + j0) * ld;
-    store_rows(drow + (nh + kvh) * hd, ld, tl.g1, w, hd);
-    store_rows(drow + (nh + nkv + kvh) * hd, ld, tl.g2, w, hd);
-  }
 
-  // Pass 2: dQ per (batch, head, query block); latest query blocks (most work) first.
-  const int64_t nbh = b * nh;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nthreads)
-  for (int64_t task = 0; task < nblk * nbh; ++task) {
-    const int64_t qb = nblk - 1 - task / nbh;
-    const int64_t bi = task % nbh / nh, h = task % nh, kvh = h / group;
-    const BwdTiles tl = tiles_of(scratch + int64_t(omp_get_thread_num()) * per_thread, hd);
-    const int64_t i0 = qb * kB, m = std::min(kB, t - i0);
-    const float* base = qkv + bi * t * ld;
-    const float* q = base + i0 * ld + h * hd;
-    const float* k = base + (nh + kvh) * hd;
-    const float* dout_b = dout + (bi * t + i0) * ldo + h * hd;
-    rows_d(tl.dd, dout_b, out + (bi * t + i0) * ldo + h * hd, ldo, m, hd);
-    std::fill(tl.g1, tl.g1 + kB * hd, 0.0f);
-    for (int64_t kb = 0; kb <= qb; ++kb) {
-      const int64_t j0 = kb * kB, w = std::min(kB, t - j0);
-      const bool diag = kb == qb;
-      pack_transposed(tl.pk, k, ld, j0, w, hd);
-      pack_transposed(tl.pv, base + (nh + nkv + kvh) * hd, ld, j0, w, hd);
-      block_probs_and_ds(tl, q, ld, dout_b, ldo, lse + (bi * nh + h) * t + i0, i0, m, j0, w, hd,
-                         scale);
-      for (int64_t r0 = 0; r0 < m; r0 += kMr) {
-        const int64_t mm = std::min<int64_t>(kMr, m - r0);
-        const int64_t kdim = diag ? std::min(w, r0 + mm) : w;
-        row_tile(mm, hd, kdim, tl.dp + r0 * kB, kB, 1, k + j0 * ld, ld, tl.g1 + r0 * hd, hd, 1.0f,
-                 true);
+    // Pass 2: dQ per (batch, head, query block); latest query blocks (most work) first.
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t task = 0; task < nblk * nbh; ++task) {
+      const int64_t qb = nblk - 1 - task / nbh;
+      const int64_t bi = task % nbh / nh, h = task % nh, kvh = h / group;
+      const int64_t i0 = qb * kB, m = std::min(kB, t - i0);
+      const float* base = qkv + bi * t * ld;
+      const float* q = base + i0 * ld + h * hd;
+      const float* k = base + (nh + kvh) * hd;
+      const float* dout_b = dout + (bi * t + i0) * ldo + h * hd;
+      rows_d(tl.dd, dout_b, out + (bi * t + i0) * ldo + h * hd, ldo, m, hd);
+      std::fill(tl.g1, tl.g1 + kB * hd, 0.0f);
+      for (int64_t kb = 0; kb <= qb; ++kb) {
+        const int64_t j0 = kb * kB, w = std::min(kB, t - j0);
+        const bool diag = kb == qb;
+        pack_transposed(tl.pk, k, ld, j0, w, hd);
+        pack_transposed(tl.pv, base + (nh + nkv + kvh) * hd, ld, j0, w, hd);
+        block_probs_and_ds(tl, q, ld, dout_b, ldo, lse + (bi * nh + h) * t + i0, i0, m, j0, w, hd,
+                           scale);
+        for (int64_t r0 = 0; r0 < m; r0 += kMr) {
+          const int64_t mm = std::min<int64_t>(kMr, m - r0);
+          const int64_t kdim = diag ? std::min(w, r0 + mm) : w;
+          row_tile(mm, hd, kdim, tl.dp + r0 * kB, kB, 1, k + j0 * ld, ld, tl.g1 + r0 * hd, hd, 1.0f,
+                   true);
+        }
       }
+      store_rows(dqkv + (bi * t + i0) * ld + h * hd, ld, tl.g1, m, hd);
     }
-    store_rows(dqkv + (bi * t + i0) * ld + h * hd, ld, tl.g1, m, hd);
   }
 }
 
