@@ -26,8 +26,7 @@ Command add_prepare_command(CLI::App& parent) {
   app->add_option("--seed", a->seed, "seed of the train/validation split");
   app->add_option("--separator", a->defaults.document_separator,
                   "string that separates documents (default: a blank line)");
-  app->add_option("--min-doc-chars", a->defaults.filters.min_doc_chars,
-                  "drop shorter documents");
+  app->add_option("--min-doc-chars", a->defaults.filters.min_doc_chars, "drop shorter documents");
   app->add_option("--max-doc-chars", a->defaults.filters.max_doc_chars, "drop longer documents");
   app->add_option("--max-repeat-fraction", a->defaults.filters.max_repeat_fraction,
                   "drop documents with more repeated text than this fraction");

@@ -18,8 +18,9 @@ Command add_train_command(CLI::App& parent) {
     std::vector<std::string> overrides;
   };
   auto args = std::make_shared<Args>();
-  CLI::App* app = parent.add_subcommand("train", "train a model from a TOML config (one rank, or "
-                                                 "one rank of a job started by mpirun/srun)");
+  CLI::App* app = parent.add_subcommand("train",
+                                        "train a model from a TOML config (one rank, or "
+                                        "one rank of a job started by mpirun/srun)");
   app->add_option("config", args->config, "config file, e.g. configs/tiny.toml")->required();
   app->add_option("--set", args->overrides, "override a config key: --set train.steps=100")
       ->take_all()
@@ -28,7 +29,8 @@ Command add_train_command(CLI::App& parent) {
             RunConfig config = load_config(args->config, args->overrides);
             const RankEnv env = detect_rank_env();
             if (env.launcher == "none" && config.parallel.tp * config.parallel.pp *
-                                                  std::max<int64_t>(1, config.parallel.dp) == 1) {
+                                                  std::max<int64_t>(1, config.parallel.dp) ==
+                                              1) {
               Trainer trainer(std::move(config));  // one process: no MPI at all
               trainer.run();
               return 0;

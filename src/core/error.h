@@ -26,8 +26,9 @@ template <typename... Args>
 
 }  // namespace strata
 
-// STRATA_CHECK(cond, "message parts", ...) throws strata::Error naming the message when cond is false.
-#define STRATA_CHECK(cond, ...)                 \
-  do {                                          \
-    if (!(cond)) ::strata::fail(__VA_ARGS__);   \
+// STRATA_CHECK(cond, "message parts", ...) throws strata::Error naming the message when cond is
+// false.
+#define STRATA_CHECK(cond, ...)               \
+  do {                                        \
+    if (!(cond)) ::strata::fail(__VA_ARGS__); \
   } while (0)

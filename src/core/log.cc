@@ -27,8 +27,12 @@ const char* level_name(Level level) {
 }
 }  // namespace
 
-void set_level(Level level) { g_level = level; }
-void set_rank(int rank) { g_rank = rank; }
+void set_level(Level level) {
+  g_level = level;
+}
+void set_rank(int rank) {
+  g_rank = rank;
+}
 
 void open_file(const std::string& path) {
   std::lock_guard<std::mutex> lock(g_mutex);

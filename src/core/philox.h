@@ -56,7 +56,9 @@ class CounterRng {
   }
 
  private:
-  static double to_unit(uint32_t x) { return (static_cast<double>(x) + 0.5) * (1.0 / 4294967296.0); }
+  static double to_unit(uint32_t x) {
+    return (static_cast<double>(x) + 0.5) * (1.0 / 4294967296.0);
+  }
   uint64_t seed_, stream_;
 };
 

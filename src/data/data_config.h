@@ -7,16 +7,16 @@
 namespace strata {
 
 struct FilterConfig {
-  int64_t min_doc_chars = 1;            // shorter documents are dropped
-  int64_t max_doc_chars = 1000000;      // longer documents are dropped
-  double max_repeat_fraction = 0.3;     // drop documents whose repeated-line fraction exceeds this
-  double max_nonprint_fraction = 0.1;   // drop documents with more control characters than this
+  int64_t min_doc_chars = 1;           // shorter documents are dropped
+  int64_t max_doc_chars = 1000000;     // longer documents are dropped
+  double max_repeat_fraction = 0.3;    // drop documents whose repeated-line fraction exceeds this
+  double max_nonprint_fraction = 0.1;  // drop documents with more control characters than this
 };
 
 struct DataConfig {
-  std::string source = "synthetic";     // "synthetic", "text" (prepare from text) or "shards"
-  std::vector<std::string> text;        // text files for source = "text"
-  std::string dir = "data/default";     // prepared data: tokenizer.json, train_*.bin, val_*.bin
+  std::string source = "synthetic";         // "synthetic", "text" (prepare from text) or "shards"
+  std::vector<std::string> text;            // text files for source = "text"
+  std::string dir = "data/default";         // prepared data: tokenizer.json, train_*.bin, val_*.bin
   std::string document_separator = "\n\n";  // how a text file is split into documents
   double val_fraction = 0.05;
   FilterConfig filters;

@@ -57,12 +57,11 @@ GradScratch::GradScratch(const ModelConfig& cfg, Arena& arena, int64_t batch, in
   dattn = ws(n * cfg.n_head * cfg.head_dim(), "attention output gradient");
   dmlp_pre = ws(n * pre_width, "mlp pre-activation gradient");
   dmlp_act = ws(n * f, "mlp activation gradient");
-  const int64_t scratch =
-      cfg.flash_attention()
-          ? kernels::flash_attention_backward_scratch(batch, seq_len, cfg.n_head, cfg.kv_heads(),
-                                                      cfg.head_dim())
-          : kernels::attention_backward_scratch(batch, seq_len, cfg.n_head, cfg.kv_heads(),
-                                                cfg.head_dim());
+  const int64_t scratch = cfg.flash_attention()
+                              ? kernels::flash_attention_backward_scratch(
+                                    batch, seq_len, cfg.n_head, cfg.kv_heads(), cfg.head_dim())
+                              : kernels::attention_backward_scratch(batch, seq_len, cfg.n_head,
+                                                                    cfg.kv_heads(), cfg.head_dim());
   attn_scratch = ws(std::max<int64_t>(1, scratch), "attention backward scratch");
 }
 

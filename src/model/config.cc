@@ -4,7 +4,9 @@
 
 namespace strata {
 
-const char* family_name(ModelFamily f) { return f == ModelFamily::gpt2 ? "gpt2" : "llama"; }
+const char* family_name(ModelFamily f) {
+  return f == ModelFamily::gpt2 ? "gpt2" : "llama";
+}
 
 ModelFamily family_from_name(const std::string& name) {
   if (name == "gpt2") return ModelFamily::gpt2;
@@ -16,11 +18,13 @@ void ModelConfig::finalize() {
   STRATA_CHECK(n_layer >= 1, "model.n_layer: must be at least 1, got ", n_layer);
   STRATA_CHECK(n_head >= 1, "model.n_head: must be at least 1, got ", n_head);
   STRATA_CHECK(d_model >= 1, "model.d_model: must be at least 1, got ", d_model);
-  STRATA_CHECK(d_model % n_head == 0, "model.n_head: ", n_head, " heads do not divide d_model = ",
-               d_model, "; choose n_head so that d_model / n_head is a whole head size");
+  STRATA_CHECK(d_model % n_head == 0, "model.n_head: ", n_head,
+               " heads do not divide d_model = ", d_model,
+               "; choose n_head so that d_model / n_head is a whole head size");
   if (n_kv_head == 0) n_kv_head = n_head;
   STRATA_CHECK(n_kv_head >= 1 && n_head % n_kv_head == 0, "model.n_kv_head: ", n_kv_head,
-               " must divide n_head = ", n_head, " (grouped-query attention shares each kv head "
+               " must divide n_head = ", n_head,
+               " (grouped-query attention shares each kv head "
                "among n_head / n_kv_head query heads)");
   STRATA_CHECK(family == ModelFamily::llama || n_kv_head == n_head,
                "model.n_kv_head: the gpt2 family has multi-head attention; set n_kv_head = ",
@@ -41,8 +45,8 @@ void ModelConfig::finalize() {
 int64_t ModelConfig::num_params(bool include_positions) const {
   const int64_t c = d_model, hd = head_dim(), kv = kv_heads();
   const int64_t norm = has_bias() ? 2 * c : c;
-  const int64_t attn = c * (n_head + 2 * kv) * hd + n_head * hd * c +
-                       (has_bias() ? (n_head + 2 * kv) * hd + c : 0);
+  const int64_t attn =
+      c * (n_head + 2 * kv) * hd + n_head * hd * c + (has_bias() ? (n_head + 2 * kv) * hd + c : 0);
   const int64_t mlp = family == ModelFamily::gpt2 ? 2 * c * d_ff + d_ff + c : 3 * c * d_ff;
   int64_t total = n_layer * (2 * norm + attn + mlp) + norm + vocab_size * c;
   if (!tie_embeddings) total += vocab_size * c;

@@ -43,7 +43,9 @@ struct ModelConfig {
 };
 
 // LLaMA's hidden width for SwiGLU: 2/3 of 4C, rounded up to a multiple of 64.
-inline int64_t swiglu_hidden(int64_t d_model) { return ((8 * d_model / 3) + 63) / 64 * 64; }
+inline int64_t swiglu_hidden(int64_t d_model) {
+  return ((8 * d_model / 3) + 63) / 64 * 64;
+}
 
 const char* family_name(ModelFamily f);
 ModelFamily family_from_name(const std::string& name);  // throws naming the key model.family

@@ -12,8 +12,8 @@ namespace strata {
 
 namespace k = kernels;
 
-Decoder::Decoder(const ModelConfig& config, Arena& arena, int64_t batch, int64_t seq_len,
-                 int slots, const std::function<void(ParamStore&)>& plan)
+Decoder::Decoder(const ModelConfig& config, Arena& arena, int64_t batch, int64_t seq_len, int slots,
+                 const std::function<void(ParamStore&)>& plan)
     : config_(config), arena_(arena), batch_(batch), seq_len_(seq_len) {
   config_.finalize();
   STRATA_CHECK(seq_len <= config_.max_seq_len, "train.seq_len = ", seq_len,
@@ -35,7 +35,8 @@ void Decoder::register_params() {
   const int final_group = static_cast<int>(config_.n_layer) + 1;
   ParamStore& p = params_;
   embed_ = p.add("embed.weight", {v, c}, 0);
-  if (config_.learned_positions()) pos_embed_ = p.add("pos_embed.weight", {config_.max_seq_len, c}, 0);
+  if (config_.learned_positions())
+    pos_embed_ = p.add("pos_embed.weight", {config_.max_seq_len, c}, 0);
   for (int64_t l = 0; l < config_.n_layer; ++l) {
     const std::string pre = "layers." + std::to_string(l) + ".";
     const int g = static_cast<int>(l) + 1;
@@ -73,7 +74,8 @@ void Decoder::register_params() {
 
 namespace {
 bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 }  // namespace
 
@@ -92,8 +94,9 @@ void init_param_elements(const ModelConfig& config, const ParamInfo& info, uint6
   const bool residual = ends_with(info.name, "attn.o.weight") ||
                         ends_with(info.name, "mlp.proj.weight") ||
                         ends_with(info.name, "mlp.down.weight");
-  const float std = residual ? config.init_std / std::sqrt(2.0f * static_cast<float>(config.n_layer))
-                             : config.init_std;
+  const float std = residual
+                        ? config.init_std / std::sqrt(2.0f * static_cast<float>(config.n_layer))
+                        : config.init_std;
   const CounterRng rng(seed, hash_name(info.name));
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < count; ++i)
@@ -108,7 +111,9 @@ void Decoder::init(uint64_t seed) {
 const float* Decoder::head_weight() const {
   return params_.param(config_.tie_embeddings ? embed_ : head_);
 }
-float* Decoder::head_grad() const { return params_.grad(config_.tie_embeddings ? embed_ : head_); }
+float* Decoder::head_grad() const {
+  return params_.grad(config_.tie_embeddings ? embed_ : head_);
+}
 
 // ---- forward -----------------------------------------------------------------------------------
 
@@ -139,7 +144,8 @@ void Decoder::block_forward(int layer, ActivationStore& a, int64_t b, int64_t t)
   const float* x = layer == 0 ? a.embed_out : a.layers[layer - 1].resid_out;
   auto P = [&](int idx) { return idx < 0 ? nullptr : params_.param(idx); };
 
-  norm_forward(cfg, l.attn_norm, l.attn_mean, l.attn_rstd, x, P(bp.attn_norm_w), P(bp.attn_norm_b), n);
+  norm_forward(cfg, l.attn_norm, l.attn_mean, l.attn_rstd, x, P(bp.attn_norm_w), P(bp.attn_norm_b),
+               n);
   k::linear_forward(l.qkv, l.attn_norm, P(bp.q_w), P(bp.q_b), n, c, cfg.qkv_width());
   if (cfg.family == ModelFamily::llama)
     k::rope_forward(l.qkv, b, t, nh, cfg.kv_heads(), hd, cfg.rope_theta);
@@ -150,7 +156,8 @@ void Decoder::block_forward(int layer, ActivationStore& a, int64_t b, int64_t t)
   k::linear_forward(l.resid_mid, l.attn_out, P(bp.o_w), P(bp.o_b), n, nh * hd, c);
   k::add_inplace(l.resid_mid, x, n * c);
 
-  norm_forward(cfg, l.mlp_norm, l.mlp_mean, l.mlp_rstd, l.resid_mid, P(bp.mlp_norm_w), P(bp.mlp_norm_b), n);
+  norm_forward(cfg, l.mlp_norm, l.mlp_mean, l.mlp_rstd, l.resid_mid, P(bp.mlp_norm_w),
+               P(bp.mlp_norm_b), n);
   if (cfg.family == ModelFamily::gpt2) {
     k::linear_forward(l.mlp_pre, l.mlp_norm, P(bp.fc_w), P(bp.fc_b), n, c, f);
     k::gelu_forward(l.mlp_act, l.mlp_pre, n * f);
@@ -220,13 +227,17 @@ void Decoder::block_backward(int layer, ActivationStore& a, int64_t b, int64_t t
 
   // s.dresid holds dL/d(block output); the residual path passes it through unchanged.
   if (cfg.family == ModelFamily::gpt2) {
-    k::linear_backward(s.dmlp_act, G(bp.proj_w), G(bp.proj_b), s.dresid, l.mlp_act, P(bp.proj_w), n, f, c);
+    k::linear_backward(s.dmlp_act, G(bp.proj_w), G(bp.proj_b), s.dresid, l.mlp_act, P(bp.proj_w), n,
+                       f, c);
     k::gelu_backward(s.dmlp_pre, l.mlp_pre, s.dmlp_act, n * f);
-    k::linear_backward(s.dnorm, G(bp.fc_w), G(bp.fc_b), s.dmlp_pre, l.mlp_norm, P(bp.fc_w), n, c, f);
+    k::linear_backward(s.dnorm, G(bp.fc_w), G(bp.fc_b), s.dmlp_pre, l.mlp_norm, P(bp.fc_w), n, c,
+                       f);
   } else {
-    k::linear_backward(s.dmlp_act, G(bp.down_w), nullptr, s.dresid, l.mlp_act, P(bp.down_w), n, f, c);
+    k::linear_backward(s.dmlp_act, G(bp.down_w), nullptr, s.dresid, l.mlp_act, P(bp.down_w), n, f,
+                       c);
     k::swiglu_backward(s.dmlp_pre, l.mlp_pre, s.dmlp_act, n, f);
-    k::linear_backward(s.dnorm, G(bp.gate_w), nullptr, s.dmlp_pre, l.mlp_norm, P(bp.gate_w), n, c, 2 * f);
+    k::linear_backward(s.dnorm, G(bp.gate_w), nullptr, s.dmlp_pre, l.mlp_norm, P(bp.gate_w), n, c,
+                       2 * f);
   }
   norm_backward(cfg, s.dresid, G(bp.mlp_norm_w), G(bp.mlp_norm_b), s.dnorm, l.resid_mid,
                 P(bp.mlp_norm_w), l.mlp_mean, l.mlp_rstd, n);
@@ -237,12 +248,14 @@ void Decoder::block_backward(int layer, ActivationStore& a, int64_t b, int64_t t
     k::flash_attention_backward(s.dqkv, s.attn_scratch, s.dattn, l.qkv, l.attn_out, l.lse, b, t, nh,
                                 cfg.kv_heads(), hd);
   else
-    k::attention_backward(s.dqkv, s.attn_scratch, s.dattn, l.qkv, l.probs, b, t, nh, cfg.kv_heads(), hd);
+    k::attention_backward(s.dqkv, s.attn_scratch, s.dattn, l.qkv, l.probs, b, t, nh, cfg.kv_heads(),
+                          hd);
   if (cfg.family == ModelFamily::llama)
     k::rope_backward(s.dqkv, b, t, nh, cfg.kv_heads(), hd, cfg.rope_theta);
-  k::linear_backward(s.dnorm, G(bp.q_w), G(bp.q_b), s.dqkv, l.attn_norm, P(bp.q_w), n, c, cfg.qkv_width());
-  norm_backward(cfg, s.dresid, G(bp.attn_norm_w), G(bp.attn_norm_b), s.dnorm, x,
-                P(bp.attn_norm_w), l.attn_mean, l.attn_rstd, n);
+  k::linear_backward(s.dnorm, G(bp.q_w), G(bp.q_b), s.dqkv, l.attn_norm, P(bp.q_w), n, c,
+                     cfg.qkv_width());
+  norm_backward(cfg, s.dresid, G(bp.attn_norm_w), G(bp.attn_norm_b), s.dnorm, x, P(bp.attn_norm_w),
+                l.attn_mean, l.attn_rstd, n);
 }
 
 void Decoder::backward(ActivationStore& a, float grad_scale) {
@@ -263,13 +276,14 @@ void Decoder::backward(ActivationStore& a, float grad_scale) {
   if (tied)  // dx only: dnorm[n, c] = dlogits[n, v] * W[v, c]
     k::gemm(false, false, n, c, v, 1.0f, a.logits, v, head_weight(), c, 0.0f, s.dnorm, c);
   else
-    k::linear_backward(s.dnorm, head_grad(), nullptr, a.logits, a.final_norm, head_weight(), n, c, v);
+    k::linear_backward(s.dnorm, head_grad(), nullptr, a.logits, a.final_norm, head_weight(), n, c,
+                       v);
   if (tied) hooks_->release_params(0);
   std::memset(s.dresid, 0, static_cast<size_t>(n * c) * sizeof(float));
   norm_backward(cfg, s.dresid, params_.grad(final_norm_w_),
                 final_norm_b_ >= 0 ? params_.grad(final_norm_b_) : nullptr, s.dnorm,
-                a.layers.back().resid_out, params_.param(final_norm_w_), a.final_mean,
-                a.final_rstd, n);
+                a.layers.back().resid_out, params_.param(final_norm_w_), a.final_mean, a.final_rstd,
+                n);
   hooks_->end_grads(last);
   hooks_->release_params(last);
 
@@ -287,7 +301,8 @@ void Decoder::backward(ActivationStore& a, float grad_scale) {
                         s.dresid, a.inputs, b, t, c);
   if (tied) {
     // dW_head[v, c] += dlogits^T[v, n] * final_norm[n, c]
-    k::gemm(true, false, v, c, n, 1.0f, a.logits, v, a.final_norm, c, 1.0f, params_.grad(embed_), c);
+    k::gemm(true, false, v, c, n, 1.0f, a.logits, v, a.final_norm, c, 1.0f, params_.grad(embed_),
+            c);
   }
   hooks_->end_grads(0);
   hooks_->release_params(0);

@@ -13,7 +13,7 @@ struct SampleOptions {
   float temperature = 0.8f;  // 0 means greedy
   int64_t top_k = 40;        // 0 means the whole vocabulary
   uint64_t seed = 1;
-  int32_t stop_token = -1;   // stop after emitting this token (-1: never)
+  int32_t stop_token = -1;  // stop after emitting this token (-1: never)
 };
 
 // Extends `prompt` (non-empty) by up to max_new_tokens tokens; the context is the last

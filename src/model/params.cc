@@ -60,7 +60,8 @@ void ParamStore::plan_layout() {
 
 void ParamStore::set_group_padding(int g, int64_t elements) {
   STRATA_CHECK(!planned_, "ParamStore: padding set after the layout was planned");
-  if (g >= static_cast<int>(group_padding_.size())) group_padding_.resize(static_cast<size_t>(g) + 1, 0);
+  if (g >= static_cast<int>(group_padding_.size()))
+    group_padding_.resize(static_cast<size_t>(g) + 1, 0);
   group_padding_[g] = elements;
 }
 
@@ -108,7 +109,7 @@ Tensor ParamStore::param_tensor(int index) const {
 
 void ParamStore::zero_grads() {
   if (!grad_) return;
-  // Parallel: a large buffer cleared by one thread costs tens of milliseconds per step.
+    // Parallel: a large buffer cleared by one thread costs tens of milliseconds per step.
 #pragma omp parallel for schedule(static)
   for (int64_t chunk = 0; chunk < (total_ + 65535) / 65536; ++chunk) {
     const int64_t begin = chunk * 65536, n = std::min<int64_t>(65536, total_ - begin);

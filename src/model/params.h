@@ -18,7 +18,7 @@
 namespace strata {
 
 struct ParamInfo {
-  std::string name;           // global name, e.g. "layers.3.attn.q.weight"
+  std::string name;  // global name, e.g. "layers.3.attn.q.weight"
   int ndim = 0;
   std::array<int64_t, 4> shape{};
   int64_t numel = 0;

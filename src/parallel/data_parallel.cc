@@ -63,8 +63,8 @@ void DataParallel::setup(ParamStore& params, Arena& arena) {
     grad_slots_.resize(kGradSlots);
     for (GradSlot& s : grad_slots_) {
       s.data = arena.alloc<float>(MemCategory::comm, max_padded_, "gradient bucket staging");
-      s.reduced = arena.alloc<float>(MemCategory::comm, max_padded_ / size_ + 1,
-                                     "reduced gradient slice");
+      s.reduced =
+          arena.alloc<float>(MemCategory::comm, max_padded_ / size_ + 1, "reduced gradient slice");
     }
   }
   if (opt_.zero >= 3) {
@@ -88,7 +88,9 @@ void DataParallel::init_params(const ModelConfig& config, uint64_t seed) {
     const int64_t lo = owned_begin(b), hi = lo + b.slice;
     for (const ParamInfo& p : params_->all()) {
       const int64_t a = std::max(lo, p.offset), e = std::min(hi, p.offset + p.numel);
-      if (a < e) init_param_elements(config, p, seed, a - p.offset, e - a, shard_params_ + b.local + (a - lo));
+      if (a < e)
+        init_param_elements(config, p, seed, a - p.offset, e - a,
+                            shard_params_ + b.local + (a - lo));
     }
   }
 }
@@ -114,8 +116,12 @@ void DataParallel::begin_micro_batch(bool last) {
   for (Bucket& b : buckets_) b.remaining = static_cast<int>(b.groups.size());
 }
 
-void DataParallel::begin_forward() { backward_ = false; }
-void DataParallel::begin_backward() { backward_ = true; }
+void DataParallel::begin_forward() {
+  backward_ = false;
+}
+void DataParallel::begin_backward() {
+  backward_ = true;
+}
 
 void DataParallel::launch_bucket(int k) {
   Bucket& b = buckets_[k];
@@ -160,7 +166,8 @@ void DataParallel::begin_grads(int group) {
   s.bucket = k;
   b.grad_slot = slot;
   std::memset(s.data, 0, static_cast<size_t>(b.padded) * sizeof(float));
-  for (int g : b.groups) params_->bind_group(g, nullptr, s.data + (params_->group_offset(g) - b.start));
+  for (int g : b.groups)
+    params_->bind_group(g, nullptr, s.data + (params_->group_offset(g) - b.start));
 }
 
 void DataParallel::end_grads(int group) {
@@ -237,7 +244,8 @@ int DataParallel::param_slot_for(int k, bool prefetch) {
   for (int i = 0; i < static_cast<int>(param_slots_.size()); ++i) {
     const ParamSlot& s = param_slots_[i];
     if (s.users > 0) continue;
-    if (victim < 0 || s.bucket < 0 || (param_slots_[victim].bucket >= 0 && s.last_use < param_slots_[victim].last_use))
+    if (victim < 0 || s.bucket < 0 ||
+        (param_slots_[victim].bucket >= 0 && s.last_use < param_slots_[victim].last_use))
       victim = i;
   }
   if (victim < 0) {
@@ -269,7 +277,8 @@ void DataParallel::acquire_params(int group) {
   // Prefetch the bucket the traversal reaches next: forward walks groups upwards, which is
   // towards bucket 0; backward walks towards the last bucket.
   const int next = backward_ ? k + 1 : k - 1;
-  if (next >= 0 && next < static_cast<int>(buckets_.size())) param_slot_for(next, /*prefetch=*/true);
+  if (next >= 0 && next < static_cast<int>(buckets_.size()))
+    param_slot_for(next, /*prefetch=*/true);
 }
 
 void DataParallel::release_params(int group) {
@@ -289,7 +298,8 @@ void DataParallel::gather_to_full(const float* local_shard, float* full) {
 
 void DataParallel::scatter_from_full(const float* full, float* local_shard) const {
   for (const Bucket& b : buckets_)
-    std::memcpy(local_shard + b.local, full + owned_begin(b), static_cast<size_t>(b.slice) * sizeof(float));
+    std::memcpy(local_shard + b.local, full + owned_begin(b),
+                static_cast<size_t>(b.slice) * sizeof(float));
 }
 
 }  // namespace strata

@@ -88,8 +88,8 @@ class DataParallel : public GroupHooks {
     int param_slot = -1;      // staging slot holding its gathered parameters (stage 3)
   };
   struct GradSlot {
-    float* data = nullptr;    // padded bucket of full gradients
-    float* reduced = nullptr; // this rank's reduced slice
+    float* data = nullptr;     // padded bucket of full gradients
+    float* reduced = nullptr;  // this rank's reduced slice
     int bucket = -1;
     WorkHandle work;
   };

@@ -2,9 +2,8 @@
 // a crash loses nothing already written.
 #pragma once
 #include <cstdio>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 namespace strata {
 

@@ -51,9 +51,9 @@ void read_tensors(const std::string& path, const ParamStore& params, float* base
 }  // namespace
 
 std::string save_checkpoint(const std::string& ckpt_root, const ParamStore& params,
-                            const float* param_data, const float* exp_avg,
-                            const float* exp_avg_sq, const CheckpointState& state,
-                            const std::string& tokenizer_path, int64_t keep_last) {
+                            const float* param_data, const float* exp_avg, const float* exp_avg_sq,
+                            const CheckpointState& state, const std::string& tokenizer_path,
+                            int64_t keep_last) {
   io::make_dirs(ckpt_root);
   const std::string name = step_dir_name(state.step);
   const fs::path final_dir = fs::path(ckpt_root) / name;
@@ -67,11 +67,13 @@ std::string save_checkpoint(const std::string& ckpt_root, const ParamStore& para
     // Both moments in one file: every tensor is named, so one file suffices.
     std::vector<io::TensorRef> refs;
     for (const ParamInfo& p : params.all()) {
-      refs.push_back(io::TensorRef{"exp_avg." + p.name, DType::f32, shape_of(p), exp_avg + p.offset});
+      refs.push_back(
+          io::TensorRef{"exp_avg." + p.name, DType::f32, shape_of(p), exp_avg + p.offset});
       refs.push_back(
           io::TensorRef{"exp_avg_sq." + p.name, DType::f32, shape_of(p), exp_avg_sq + p.offset});
     }
-    io::write_safetensors((tmp_dir / "optimizer.safetensors").string(), refs, {{"format", "strata"}});
+    io::write_safetensors((tmp_dir / "optimizer.safetensors").string(), refs,
+                          {{"format", "strata"}});
   }
   if (!tokenizer_path.empty() && fs::exists(tokenizer_path))
     io::write_file_atomic((tmp_dir / "tokenizer.json").string(), io::read_file(tokenizer_path));
@@ -93,7 +95,8 @@ std::string save_checkpoint(const std::string& ckpt_root, const ParamStore& para
     std::vector<std::string> committed;
     for (const auto& entry : fs::directory_iterator(ckpt_root)) {
       const std::string n = entry.path().filename().string();
-      if (entry.is_directory() && n.rfind("step_", 0) == 0 && fs::exists(entry.path() / "state.json"))
+      if (entry.is_directory() && n.rfind("step_", 0) == 0 &&
+          fs::exists(entry.path() / "state.json"))
         committed.push_back(n);
     }
     std::sort(committed.begin(), committed.end());
@@ -121,7 +124,8 @@ std::string resolve_checkpoint(const std::string& path) {
   if (auto dir = latest_checkpoint((p / "ckpt").string())) return *dir;
   if (p.filename() == "latest" && fs::exists(p))
     if (auto dir = latest_checkpoint(p.parent_path().string())) return *dir;
-  fail("'", path, "' is not a checkpoint: expected a directory with state.json, a ckpt directory "
+  fail("'", path,
+       "' is not a checkpoint: expected a directory with state.json, a ckpt directory "
        "with a 'latest' file, or a run directory (e.g. runs/tiny/ckpt/latest)");
 }
 

@@ -13,29 +13,28 @@
 // are deleted (keep_last) only after a newer one is committed.
 #pragma once
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 #include "model/params.h"
 
 namespace strata {
 
 struct CheckpointState {
-  int64_t step = 0;            // optimizer steps completed
-  nlohmann::json config;       // the run's config (config_to_json)
-  nlohmann::json data;         // loader position
-  nlohmann::json extra;        // anything else (metrics at save time, ...)
+  int64_t step = 0;       // optimizer steps completed
+  nlohmann::json config;  // the run's config (config_to_json)
+  nlohmann::json data;    // loader position
+  nlohmann::json extra;   // anything else (metrics at save time, ...)
 };
 
 // Saves the parameters (values at param_data + offset of each parameter of `params`, i.e. a
 // buffer in the flat layout) and the optimizer moments (same layout; skipped when null) under
 // ckpt_root; returns the committed directory.
 std::string save_checkpoint(const std::string& ckpt_root, const ParamStore& params,
-                            const float* param_data, const float* exp_avg,
-                            const float* exp_avg_sq, const CheckpointState& state,
-                            const std::string& tokenizer_path, int64_t keep_last);
+                            const float* param_data, const float* exp_avg, const float* exp_avg_sq,
+                            const CheckpointState& state, const std::string& tokenizer_path,
+                            int64_t keep_last);
 
 // The directory `latest` names under ckpt_root, or nullopt when there is none.
 std::optional<std::string> latest_checkpoint(const std::string& ckpt_root);

@@ -95,8 +95,8 @@ const Field kFields[] = {
 
 #undef STRATA_FIELD
 
-const char* const kSections[] = {"model",        "train", "optim",  "data",
-                                 "data.filters", "run",   "system", "parallel", "sample"};
+const char* const kSections[] = {"model", "train",  "optim",    "data",  "data.filters",
+                                 "run",   "system", "parallel", "sample"};
 
 const Field* find_field(const std::string& key) {
   for (const Field& f : kFields)
@@ -455,7 +455,8 @@ void validate(RunConfig& c, const std::string& where) {
   const ParallelConfig& p = c.parallel;
   check(p.tp >= 1, where, "parallel.tp: must be at least 1, got ", p.tp);
   check(p.pp >= 1, where, "parallel.pp: must be at least 1, got ", p.pp);
-  check(p.dp >= 0, where, "parallel.dp: must be 0 (derived from the world size) or more, got ", p.dp);
+  check(p.dp >= 0, where, "parallel.dp: must be 0 (derived from the world size) or more, got ",
+        p.dp);
   check(p.zero >= 0 && p.zero <= 3, where, "parallel.zero: ZeRO stage must be 0, 1, 2 or 3, got ",
         p.zero);
   check(p.bucket_mb > 0, where, "parallel.bucket_mb: must be positive, got ", p.bucket_mb);

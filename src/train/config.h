@@ -2,32 +2,30 @@
 // Unknown keys, wrong types and inconsistent values are errors that name the key and the problem.
 #pragma once
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
-#include "model/config.h"
 #include "data/data_config.h"
+#include "model/config.h"
 #include "optim/optim_config.h"
 
 namespace strata {
 
 struct TrainConfig {
-  int64_t steps = 200;          // optimizer steps
-  uint64_t seed = 1337;         // model init, data order, sampling
-  int64_t batch_size = 8;       // micro-batch size B (sequences per micro-batch per rank)
-  int64_t seq_len = 256;        // T; must be <= model.max_seq_len
-  int64_t grad_accum = 1;       // micro-batches per optimizer step
-  int64_t eval_every = 50;      // steps between validation evaluations (0: only at the end)
-  int64_t eval_batches = 8;     // micro-batches per evaluation
-  int64_t log_every = 10;       // steps between plain log lines when not on a terminal
-  int64_t checkpoint_every = 0; // steps between checkpoints (0: only at the end)
-  int64_t keep_last = 2;        // checkpoints kept
+  int64_t steps = 200;           // optimizer steps
+  uint64_t seed = 1337;          // model init, data order, sampling
+  int64_t batch_size = 8;        // micro-batch size B (sequences per micro-batch per rank)
+  int64_t seq_len = 256;         // T; must be <= model.max_seq_len
+  int64_t grad_accum = 1;        // micro-batches per optimizer step
+  int64_t eval_every = 50;       // steps between validation evaluations (0: only at the end)
+  int64_t eval_batches = 8;      // micro-batches per evaluation
+  int64_t log_every = 10;        // steps between plain log lines when not on a terminal
+  int64_t checkpoint_every = 0;  // steps between checkpoints (0: only at the end)
+  int64_t keep_last = 2;         // checkpoints kept
   std::string precision = "f32";
 };
-
 
 struct RunDirConfig {
   std::string dir = "runs/default";
@@ -35,25 +33,25 @@ struct RunDirConfig {
 };
 
 struct SystemConfig {
-  int64_t threads = 0;           // 0: all cores
-  int64_t memory_limit_mb = 0;   // 0: no limit; otherwise the arena enforces it
+  int64_t threads = 0;          // 0: all cores
+  int64_t memory_limit_mb = 0;  // 0: no limit; otherwise the arena enforces it
 };
 
 // [parallel]: how ranks are arranged (Megatron order: tp fastest, then dp, then pp) and how
 // gradients are synchronised across data-parallel ranks.
 struct ParallelConfig {
-  int64_t tp = 1;                // tensor-parallel size
-  int64_t pp = 1;                // pipeline-parallel size
-  int64_t dp = 0;                // data-parallel size; 0 derives it from the world size
-  int64_t zero = 0;              // ZeRO stage: 0 (DDP), 1 (optimizer state), 2 (+ gradients), 3 (+ parameters)
-  double bucket_mb = 25;         // gradient bucket size for the overlapped reduction
-  bool overlap = true;           // start each bucket's reduction as soon as backward fills it
-  double comm_timeout_s = 300;   // every wait on a collective ends after this, naming the op
+  int64_t tp = 1;    // tensor-parallel size
+  int64_t pp = 1;    // pipeline-parallel size
+  int64_t dp = 0;    // data-parallel size; 0 derives it from the world size
+  int64_t zero = 0;  // ZeRO stage: 0 (DDP), 1 (optimizer state), 2 (+ gradients), 3 (+ parameters)
+  double bucket_mb = 25;        // gradient bucket size for the overlapped reduction
+  bool overlap = true;          // start each bucket's reduction as soon as backward fills it
+  double comm_timeout_s = 300;  // every wait on a collective ends after this, naming the op
 };
 
 struct SampleConfig {
   std::string prompt = "";
-  int64_t max_new_tokens = 0;    // 0: no sample at the end of training
+  int64_t max_new_tokens = 0;  // 0: no sample at the end of training
   float temperature = 0.8f;
   int64_t top_k = 40;
 };

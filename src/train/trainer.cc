@@ -87,7 +87,8 @@ Trainer::Trainer(RunConfig config, ProcessGroups* groups)
   if (groups_) {
     DataParallelOptions opt;
     opt.zero = static_cast<int>(config_.parallel.zero);
-    opt.bucket_elements = std::max<int64_t>(1, static_cast<int64_t>(config_.parallel.bucket_mb * (1 << 20) / 4));
+    opt.bucket_elements =
+        std::max<int64_t>(1, static_cast<int64_t>(config_.parallel.bucket_mb * (1 << 20) / 4));
     opt.overlap = config_.parallel.overlap;
     dp_ = std::make_unique<DataParallel>(groups_->dp(), opt);
     model_ = std::make_unique<Decoder>(config_.model, arena_, t.batch_size, t.seq_len, 1,
@@ -103,20 +104,23 @@ Trainer::Trainer(RunConfig config, ProcessGroups* groups)
     optimizer_ = std::make_unique<AdamW>(model_->params(), arena_, config_.optim);
   }
   inputs_ = arena_.alloc<int32_t>(MemCategory::workspace, t.batch_size * t.seq_len, "input batch");
-  targets_ = arena_.alloc<int32_t>(MemCategory::workspace, t.batch_size * t.seq_len, "target batch");
+  targets_ =
+      arena_.alloc<int32_t>(MemCategory::workspace, t.batch_size * t.seq_len, "target batch");
   resume();
   peak_flops_ = measure_gemm_flops();
   if (is_rank0())
-    metrics_ = std::make_unique<JsonlWriter>(
-        (fs::path(config_.run.dir) / "metrics.jsonl").string(), /*append=*/true);
+    metrics_ = std::make_unique<JsonlWriter>((fs::path(config_.run.dir) / "metrics.jsonl").string(),
+                                             /*append=*/true);
   console_ = std::make_unique<ConsoleProgress>(t.log_every);
-  log::info("model: ", family_name(config_.model.family), " ", config_.model.n_layer, " layers, d_model ",
-            config_.model.d_model, ", ", model_->params().size(), " parameters; ",
-            omp_get_max_threads(), " threads; GEMM ", kernels::gemm_backend(), " at ",
-            static_cast<int64_t>(peak_flops_ / 1e9), " GFLOP/s");
+  log::info("model: ", family_name(config_.model.family), " ", config_.model.n_layer,
+            " layers, d_model ", config_.model.d_model, ", ", model_->params().size(),
+            " parameters; ", omp_get_max_threads(), " threads; GEMM ", kernels::gemm_backend(),
+            " at ", static_cast<int64_t>(peak_flops_ / 1e9), " GFLOP/s");
 }
 
-Trainer::~Trainer() { log::close_file(); }
+Trainer::~Trainer() {
+  log::close_file();
+}
 
 // Tells the supervisor (strata launch) this rank is alive and where it is.
 void Trainer::heartbeat(const char* phase) {
@@ -165,12 +169,13 @@ void Trainer::prepare_data() {
   if (groups_) groups_->world().barrier();
   const auto train_shards = shards_with_prefix(d.dir, "train_");
   const auto val_shards = shards_with_prefix(d.dir, "val_");
-  STRATA_CHECK(!train_shards.empty(), "data.dir '", d.dir, "' has no train_*.bin shards; run `strata "
+  STRATA_CHECK(!train_shards.empty(), "data.dir '", d.dir,
+               "' has no train_*.bin shards; run `strata "
                "prepare` first, or set data.source = \"text\" with data.text = [files]");
   if (fs::exists(tokenizer_path_)) {
     const data::Tokenizer tok = data::Tokenizer::load(tokenizer_path_);
-    STRATA_CHECK(tok.vocab_size() <= config_.model.vocab_size, "the tokenizer in '", tokenizer_path_,
-                 "' has ", tok.vocab_size(), " tokens but model.vocab_size is ",
+    STRATA_CHECK(tok.vocab_size() <= config_.model.vocab_size, "the tokenizer in '",
+                 tokenizer_path_, "' has ", tok.vocab_size(), " tokens but model.vocab_size is ",
                  config_.model.vocab_size, "; set model.vocab_size >= ", tok.vocab_size(),
                  " or prepare the data again with this vocabulary size");
   }
@@ -178,7 +183,8 @@ void Trainer::prepare_data() {
   if (!val_shards.empty()) {
     val_data_ = make_shard_source(val_shards, opt, /*shuffle=*/false);
     unigram_baseline_ = data::unigram_baseline(train_shards, val_shards, config_.model.vocab_size);
-    log::info("validation: unigram baseline ", unigram_baseline_, " nats/token (a model that "
+    log::info("validation: unigram baseline ", unigram_baseline_,
+              " nats/token (a model that "
               "learned only token frequencies)");
   }
 }
@@ -201,8 +207,8 @@ void Trainer::resume() {
                             optimizer_->second_moment());
   } else {
     // Every rank reads the global tensors and keeps its own slices.
-    std::vector<float> full_params(static_cast<size_t>(params.size())),
-        full_m(full_params.size()), full_v(full_params.size());
+    std::vector<float> full_params(static_cast<size_t>(params.size())), full_m(full_params.size()),
+        full_v(full_params.size());
     load_checkpoint_tensors(dir, params, full_params.data(), full_m.data(), full_v.data());
     if (dp_->params_sharded())
       dp_->scatter_from_full(full_params.data(), dp_->shard_params());
@@ -246,7 +252,8 @@ StepResult Trainer::train_step() {
   r.grad_norm = dp_ ? dp_->grad_norm() : global_grad_norm(params);
   r.lr = learning_rate(config_.optim, step_, t.steps);
   if (std::isfinite(r.grad_norm) && std::isfinite(loss)) {
-    optimizer_->step(static_cast<float>(r.lr), clip_coefficient(r.grad_norm, config_.optim.grad_clip));
+    optimizer_->step(static_cast<float>(r.lr),
+                     clip_coefficient(r.grad_norm, config_.optim.grad_clip));
     if (dp_) dp_->after_optimizer_step();
   } else {
     log::warn("step ", step_ + 1, ": non-finite loss or gradient norm (loss ", loss, ", norm ",
@@ -283,8 +290,8 @@ std::string Trainer::save() {
   state.extra["scheduler"] = {{"step", step_},
                               {"lr", learning_rate(config_.optim, step_, config_.train.steps)},
                               {"decay", config_.optim.decay}};
-  state.extra["rng"] = {{"generator", "philox4x32-10"}, {"seed", config_.train.seed},
-                        {"draws_per_step", 0}};
+  state.extra["rng"] = {
+      {"generator", "philox4x32-10"}, {"seed", config_.train.seed}, {"draws_per_step", 0}};
   state.extra["optimizer"] = {{"type", "adamw"}, {"steps_taken", optimizer_->steps_taken()}};
   const auto t0 = Clock::now();
   ParamStore& params = model_->params();
@@ -370,12 +377,14 @@ double Trainer::run() {
       v = evaluate();
       val_loss = v;
       if (!std::isnan(v) && is_rank0())
-        console_->message(cat("step ", r.step, ": val_loss ", v,
-                              unigram_baseline_ > 0 ? cat(" (unigram baseline ", unigram_baseline_, ")") : ""));
+        console_->message(
+            cat("step ", r.step, ": val_loss ", v,
+                unigram_baseline_ > 0 ? cat(" (unigram baseline ", unigram_baseline_, ")") : ""));
     }
     write_metrics(r, tps, mfu, v);
-    if (is_rank0()) console_->update({r.step, t.steps, r.loss, r.lr, r.grad_norm, tokens_per_step / smoothed, mfu,
-                      smoothed});
+    if (is_rank0())
+      console_->update(
+          {r.step, t.steps, r.loss, r.lr, r.grad_norm, tokens_per_step / smoothed, mfu, smoothed});
     if ((t.checkpoint_every > 0 && r.step % t.checkpoint_every == 0) || r.step == t.steps) {
       console_->finish();
       heartbeat("checkpoint");
@@ -384,8 +393,10 @@ double Trainer::run() {
   }
   console_->finish();
   if (arena_.allocations_after_freeze() > 0)
-    log::warn(arena_.allocations_after_freeze(), " arena allocations happened inside the step loop");
-  log::info("training done: ", step_, " steps", std::isnan(val_loss) ? "" : cat(", val_loss ", val_loss));
+    log::warn(arena_.allocations_after_freeze(),
+              " arena allocations happened inside the step loop");
+  log::info("training done: ", step_, " steps",
+            std::isnan(val_loss) ? "" : cat(", val_loss ", val_loss));
   sample_at_end();
   heartbeat("done");
   return val_loss;

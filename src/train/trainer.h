@@ -4,19 +4,18 @@
 #pragma once
 #include <cstdint>
 #include <memory>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "comm/process_groups.h"
 #include "core/arena.h"
 #include "model/decoder.h"
 #include "optim/adamw.h"
 #include "parallel/data_parallel.h"
-#include "train/config.h"
-#include "train/token_source.h"
 #include "track/console.h"
 #include "track/metrics.h"
+#include "train/config.h"
+#include "train/token_source.h"
 
 namespace strata {
 

@@ -44,7 +44,8 @@ TEST_P(DecoderFamilies, FusedProjectionsAreAdjacentAndGroupsInBackwardOrder) {
     EXPECT_EQ(off(l + "attn.k.weight"), off(l + "attn.q.weight") + numel(l + "attn.q.weight"));
     EXPECT_EQ(off(l + "attn.v.weight"), off(l + "attn.k.weight") + numel(l + "attn.k.weight"));
     if (GetParam() == ModelFamily::llama) {
-      EXPECT_EQ(off(l + "mlp.up.weight"), off(l + "mlp.gate.weight") + numel(l + "mlp.gate.weight"));
+      EXPECT_EQ(off(l + "mlp.up.weight"),
+                off(l + "mlp.gate.weight") + numel(l + "mlp.gate.weight"));
     }
   }
   // Backward finishes the final norm first, then layer 1, layer 0, and the embedding last.
@@ -71,11 +72,11 @@ TEST_P(DecoderFamilies, InitDependsOnlyOnSeedNameAndIndex) {
   const float* q = p.param(p.index_of(name));
   for (int64_t e : {0, 7, 500})
     EXPECT_EQ(q[e], static_cast<float>(0.02f * rng.normal(static_cast<uint64_t>(e))));
-  const float* proj = p.param(p.index_of(GetParam() == ModelFamily::gpt2 ? "layers.0.mlp.proj.weight"
-                                                                        : "layers.0.mlp.down.weight"));
+  const float* proj = p.param(p.index_of(
+      GetParam() == ModelFamily::gpt2 ? "layers.0.mlp.proj.weight" : "layers.0.mlp.down.weight"));
   double s2 = 0;
   const int64_t n = p.info(p.index_of(GetParam() == ModelFamily::gpt2 ? "layers.0.mlp.proj.weight"
-                                                                       : "layers.0.mlp.down.weight"))
+                                                                      : "layers.0.mlp.down.weight"))
                         .numel;
   for (int64_t e = 0; e < n; ++e) s2 += static_cast<double>(proj[e]) * proj[e];
   EXPECT_NEAR(std::sqrt(s2 / n), 0.02 / std::sqrt(4.0), 0.002) << "residual projections scaled";
@@ -131,7 +132,8 @@ TEST_P(DecoderFamilies, FlashAttentionGivesTheSameLossAndGradients) {
   const ParamStore& pn = naive.params();
   const ParamStore& pf = flash.params();
   double total = 0;
-  for (int64_t e = 0; e < pn.size(); ++e) total += static_cast<double>(pn.grads()[e]) * pn.grads()[e];
+  for (int64_t e = 0; e < pn.size(); ++e)
+    total += static_cast<double>(pn.grads()[e]) * pn.grads()[e];
   // Relative to the tensor, or to 1e-3 of the global norm for a tensor whose true gradient is
   // zero (gpt2's k bias: softmax ignores a constant added to every score of a query).
   const double floor = 1e-3 * std::sqrt(total);
@@ -174,7 +176,9 @@ TEST(Decoder, BadShapesAreClearErrors) {
 
 INSTANTIATE_TEST_SUITE_P(Families, DecoderFamilies,
                          ::testing::Values(ModelFamily::gpt2, ModelFamily::llama),
-                         [](const auto& param_info) { return std::string(family_name(param_info.param)); });
+                         [](const auto& param_info) {
+                           return std::string(family_name(param_info.param));
+                         });
 
 }  // namespace
 }  // namespace strata

@@ -4,10 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "io/safetensors.h"
 #include "model/decoder.h"
@@ -158,7 +157,8 @@ void check_against_torch(const std::string& golden_name) {
       adamw.step(oc.lr, coef);
       const std::string next = s + 1 < steps ? params_before_step(s + 1) : std::string("final.");
       for (const ParamInfo& p : params.all())
-        EXPECT_LT(rel_error(params.param(params.index_of(p.name)), g.read<float>(next + p.name)), kTol)
+        EXPECT_LT(rel_error(params.param(params.index_of(p.name)), g.read<float>(next + p.name)),
+                  kTol)
             << "after step " << s << ": " << p.name;
     }
   }
@@ -188,8 +188,12 @@ void check_against_torch(const std::string& golden_name) {
   }
 }
 
-TEST(TorchReference, Gpt2) { check_against_torch("gpt2_tiny.safetensors"); }
-TEST(TorchReference, Llama) { check_against_torch("llama_tiny.safetensors"); }
+TEST(TorchReference, Gpt2) {
+  check_against_torch("gpt2_tiny.safetensors");
+}
+TEST(TorchReference, Llama) {
+  check_against_torch("llama_tiny.safetensors");
+}
 
 }  // namespace
 }  // namespace strata

@@ -29,7 +29,8 @@ ProcessGroups& groups() {
 
 RunConfig config_for(const std::string& family, int64_t zero, int64_t accum, int64_t batch,
                      const std::string& dir) {
-  RunConfig c = parse_config(R"(
+  RunConfig c = parse_config(
+      R"(
 [model]
 n_layer = 2
 n_head = 4
@@ -48,10 +49,9 @@ source = "synthetic"
 [parallel]
 bucket_mb = 0.02
 )",
-                             "test",
-                             {"model.family=" + family, "run.dir=" + dir, "run.resume=none",
-                              cat("parallel.zero=", zero), cat("train.grad_accum=", accum),
-                              cat("train.batch_size=", batch)});
+      "test",
+      {"model.family=" + family, "run.dir=" + dir, "run.resume=none", cat("parallel.zero=", zero),
+       cat("train.grad_accum=", accum), cat("train.batch_size=", batch)});
   if (family == "llama") {
     c.model.n_kv_head = 2;
     c.model.finalize();
@@ -87,7 +87,9 @@ RunResult train(const RunConfig& c, ProcessGroups* g) {
   return r;
 }
 
-double rel(double a, double b) { return std::abs(a - b) / std::max(std::abs(b), 1e-30); }
+double rel(double a, double b) {
+  return std::abs(a - b) / std::max(std::abs(b), 1e-30);
+}
 
 struct Case {
   std::string family;
@@ -102,10 +104,12 @@ TEST_P(DataParallelEquivalence, MatchesOneProcess) {
   const int world = g.world().size(), rank = g.world().rank();
   const std::string base = (fs::temp_directory_path() / "strata_test_dp").string();
   const int64_t per_rank = 2;
-  const RunResult dp = train(config_for(k.family, k.zero, k.accum, per_rank, cat(base, "_dp_", rank)), &g);
+  const RunResult dp =
+      train(config_for(k.family, k.zero, k.accum, per_rank, cat(base, "_dp_", rank)), &g);
   int ok = 1;
   if (rank == 0) {
-    const RunResult one = train(config_for(k.family, 0, k.accum, per_rank * world, base + "_one"), nullptr);
+    const RunResult one =
+        train(config_for(k.family, 0, k.accum, per_rank * world, base + "_one"), nullptr);
     for (size_t i = 0; i < one.losses.size(); ++i) {
       EXPECT_LE(rel(dp.losses[i], one.losses[i]), 1e-5) << "step " << i + 1;
       if (rel(dp.losses[i], one.losses[i]) > 1e-5) ok = 0;
@@ -113,7 +117,8 @@ TEST_P(DataParallelEquivalence, MatchesOneProcess) {
     ASSERT_EQ(dp.params.size(), one.params.size());
     double num = 0, den = 0;
     for (size_t i = 0; i < one.params.size(); ++i) {
-      num += (static_cast<double>(dp.params[i]) - one.params[i]) * (static_cast<double>(dp.params[i]) - one.params[i]);
+      num += (static_cast<double>(dp.params[i]) - one.params[i]) *
+             (static_cast<double>(dp.params[i]) - one.params[i]);
       den += static_cast<double>(one.params[i]) * one.params[i];
     }
     EXPECT_LE(std::sqrt(num / den), 1e-5) << "final parameters";
@@ -134,8 +139,9 @@ std::vector<Case> all_cases() {
 
 INSTANTIATE_TEST_SUITE_P(Layouts, DataParallelEquivalence, ::testing::ValuesIn(all_cases()),
                          [](const auto& param_info) {
-                           return param_info.param.family + "_zero" + std::to_string(param_info.param.zero) +
-                                  "_accum" + std::to_string(param_info.param.accum);
+                           return param_info.param.family + "_zero" +
+                                  std::to_string(param_info.param.zero) + "_accum" +
+                                  std::to_string(param_info.param.accum);
                          });
 
 // The memory each rank's arena reports per category follows the ZeRO paper's arithmetic: for Ψ
@@ -146,7 +152,9 @@ TEST(ZeroMemory, MatchesThePaper) {
   ProcessGroups& g = groups();
   const int nd = g.world().size(), rank = g.world().rank();
   for (int64_t zero : {0, 1, 2, 3}) {
-    Trainer t(config_for("gpt2", zero, 1, 2, cat((fs::temp_directory_path() / "strata_test_zmem_").string(), rank)), &g);
+    Trainer t(config_for("gpt2", zero, 1, 2,
+                         cat((fs::temp_directory_path() / "strata_test_zmem_").string(), rank)),
+              &g);
     const ParamStore& p = t.model().params();
     const double psi = static_cast<double>(t.model().config().num_params(true));
     const double padding = static_cast<double>(p.size()) - psi;  // < buckets * nd elements
@@ -154,7 +162,8 @@ TEST(ZeroMemory, MatchesThePaper) {
     const double shard = psi / nd;
     auto expect_bytes = [&](MemCategory c, double elements) {
       const double got = static_cast<double>(t.arena().current(c));
-      EXPECT_NEAR(got, 4.0 * elements, 4.0 * (padding + nd)) << mem_category_name(c) << " zero " << zero;
+      EXPECT_NEAR(got, 4.0 * elements, 4.0 * (padding + nd))
+          << mem_category_name(c) << " zero " << zero;
     };
     expect_bytes(MemCategory::params, zero >= 3 ? shard : psi);
     expect_bytes(MemCategory::grads, zero >= 2 ? shard : psi);

@@ -61,7 +61,8 @@ TEST_P(TrainerFamilies, ResumeIsBitwiseExact) {
     c.train.grad_accum = 2;
     Trainer t(c);
     for (int i = 0; i < 6; ++i) straight.push_back(t.train_step().loss);
-    params_a.assign(t.model().params().data(), t.model().params().data() + t.model().params().size());
+    params_a.assign(t.model().params().data(),
+                    t.model().params().data() + t.model().params().size());
   }
   {
     RunConfig c = small_config(family, dir_b);

@@ -44,8 +44,7 @@ void layernorm_forward(float* y, float* mean, float* rstd, const float* x, const
                        const float* bias, int64_t n, int64_t c, float eps);
 // dx ACCUMULATES (+=, it is the residual stream's gradient); dw += ; dbias += .
 void layernorm_backward(float* dx, float* dw, float* dbias, const float* dy, const float* x,
-                        const float* w, const float* mean, const float* rstd, int64_t n,
-                        int64_t c);
+                        const float* w, const float* mean, const float* rstd, int64_t n, int64_t c);
 
 // ---- RMSNorm: y = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps) --------------------------------
 void rmsnorm_forward(float* y, float* rstd, const float* x, const float* w, int64_t n, int64_t c,
@@ -78,8 +77,8 @@ void rope_backward(float* dqkv, int64_t b, int64_t t, int64_t nh, int64_t nkv, i
 // qkv as in RoPE. Query head h reads kv head h / (nh / nkv) (grouped-query attention).
 // out[b*t, nh*hd] = softmax(q k^T / sqrt(hd), causal) v; probs[b, nh, t, t] saved for backward
 // (entries above the diagonal are zero).
-void attention_forward(float* out, float* probs, const float* qkv, int64_t b, int64_t t,
-                       int64_t nh, int64_t nkv, int64_t hd);
+void attention_forward(float* out, float* probs, const float* qkv, int64_t b, int64_t t, int64_t nh,
+                       int64_t nkv, int64_t hd);
 // Floats of scratch that attention_backward needs (it may use it per thread).
 int64_t attention_backward_scratch(int64_t b, int64_t t, int64_t nh, int64_t nkv, int64_t hd);
 // dqkv[b*t, (nh+2nkv)*hd] overwritten (q, k and v parts) from dout[b*t, nh*hd].
@@ -90,8 +89,8 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
 // ---- Fused softmax + cross-entropy over the vocabulary ---------------------------------------
 // losses[i] = -log softmax(logits[i])[targets[i]]; rows whose target is < 0 are ignored (loss 0,
 // gradient 0). Returns the sum of the losses of valid rows (in double).
-double cross_entropy_forward(float* losses, const float* logits, const int32_t* targets,
-                             int64_t n, int64_t v);
+double cross_entropy_forward(float* losses, const float* logits, const int32_t* targets, int64_t n,
+                             int64_t v);
 // Same, and overwrites logits in place with dlogits = (softmax - onehot) * grad_scale.
 double cross_entropy_forward_backward(float* losses, float* logits, const int32_t* targets,
                                       int64_t n, int64_t v, float grad_scale);
