@@ -102,7 +102,7 @@ TEST_P(DataParallelEquivalence, MatchesOneProcess) {
   const Case& k = GetParam();
   ProcessGroups& g = groups();
   const int world = g.world().size(), rank = g.world().rank();
-  const std::string base = (fs::temp_directory_path() / "strata_test_dp").string();
+  const std::string base = (fs::temp_directory_path() / cat("strata_test_dp_np", world)).string();
   const int64_t per_rank = 2;
   const RunResult dp =
       train(config_for(k.family, k.zero, k.accum, per_rank, cat(base, "_dp_", rank)), &g);
@@ -152,9 +152,11 @@ TEST(ZeroMemory, MatchesThePaper) {
   ProcessGroups& g = groups();
   const int nd = g.world().size(), rank = g.world().rank();
   for (int64_t zero : {0, 1, 2, 3}) {
-    Trainer t(config_for("gpt2", zero, 1, 2,
-                         cat((fs::temp_directory_path() / "strata_test_zmem_").string(), rank)),
-              &g);
+    Trainer t(
+        config_for(
+            "gpt2", zero, 1, 2,
+            cat((fs::temp_directory_path() / cat("strata_test_zmem_np", nd, "_")).string(), rank)),
+        &g);
     const ParamStore& p = t.model().params();
     const double psi = static_cast<double>(t.model().config().num_params(true));
     const double padding = static_cast<double>(p.size()) - psi;  // < buckets * nd elements
