@@ -33,26 +33,6 @@ constexpr int64_t kMaxHeadDim = 256;  // the key panel (kBlock x head_dim) lives
 
 using namespace tiles;
 
-// panel[d * kBlock + j] = x[(j0 + j) * ld + d] for j < width, d < hd (zero for width <= j < 64):
-// a 64-key slice of K or V, transposed so that keys run along the vector lanes.
-void pack_transposed(float* __restrict panel, const float* __restrict x, int64_t ld, int64_t j0,
-                     int64_t width, int64_t hd) {
-  for (int64_t jb = 0; jb < kBlock; jb += 16) {
-    for (int64_t db = 0; db < hd; db += 16) {
-      const __mmask16 cols = vec::tail_mask(db, hd);
-      __m512 r[16];
-      for (int64_t j = 0; j < 16; ++j) {
-        r[j] = jb + j < width ? _mm512_maskz_loadu_ps(cols, x + (j0 + jb + j) * ld + db)
-                              : _mm512_setzero_ps();
-      }
-      transpose16(r);
-      for (int64_t d = 0; d < std::min<int64_t>(16, hd - db); ++d) {
-        _mm512_storeu_ps(panel + (db + d) * kBlock + jb, r[d]);
-      }
-    }
-  }
-}
-
 // S[i, j] = alpha * a_i . x_j for the rows i in [r0, r1) and the keys j <= i, written into
 // s (row stride lds). a rows have stride lda, x (keys) rows stride ldx. Entries past the diagonal
 // inside a tile get values too, up to the tile's last row (< i + kMr): the caller overwrites
@@ -61,7 +41,7 @@ void causal_scores(float* s, int64_t lds, const float* a, int64_t lda, const flo
                    int64_t r0, int64_t r1, int64_t hd, float alpha, float* panel) {
   for (int64_t k0 = 0; k0 < r1; k0 += kBlock) {
     const int64_t kw = std::min(kBlock, r1 - k0);
-    pack_transposed(panel, x, ldx, k0, kw, hd);
+    pack_transposed(panel, x, ldx, k0, kw, hd, kBlock);
     // Row tiles from the first one that reaches the panel (rows before k0 see none of its keys).
     for (int64_t i0 = r0 + std::max<int64_t>(0, k0 - r0) / kMr * kMr; i0 < r1; i0 += kMr) {
       const int64_t m = std::min<int64_t>(kMr, r1 - i0);

@@ -49,25 +49,6 @@ constexpr int64_t kMaxHeadDim = 256;
 
 using namespace tiles;
 
-// panel[d * kB + j] = x[(j0 + j) * ld + d] for j < width, d < hd (zero for width <= j < kB).
-void pack_transposed(float* __restrict panel, const float* __restrict x, int64_t ld, int64_t j0,
-                     int64_t width, int64_t hd, int64_t pw = kB) {
-  for (int64_t jb = 0; jb < pw; jb += 16) {
-    for (int64_t db = 0; db < hd; db += 16) {
-      const __mmask16 cols = vec::tail_mask(db, hd);
-      __m512 r[16];
-      for (int64_t j = 0; j < 16; ++j) {
-        r[j] = jb + j < width ? _mm512_maskz_loadu_ps(cols, x + (j0 + jb + j) * ld + db)
-                              : _mm512_setzero_ps();
-      }
-      transpose16(r);
-      for (int64_t d = 0; d < std::min<int64_t>(16, hd - db); ++d) {
-        _mm512_storeu_ps(panel + (db + d) * pw + jb, r[d]);
-      }
-    }
-  }
-}
-
 // s[r, 0..ncols) = alpha * a_r . panel[:, j] for the m rows of a starting at `a` (stride lda),
 // with ncols trimmed to the causal triangle (row r sees key columns < r + 1 + diag_off) when
 // `diag`. Columns left uncomputed are masked by the caller.
@@ -281,8 +262,8 @@ void flash_attention_backward(float* dqkv, float* scratch, const float* dout, co
       const int64_t kb = task / (b * nkv), bi = task % (b * nkv) / nkv, kvh = task % nkv;
       const int64_t j0 = kb * kB, w = std::min(kB, t - j0);
       const float* base = qkv + bi * t * ld;
-      pack_transposed(tl.pk, base + (nh + kvh) * hd, ld, j0, w, hd);
-      pack_transposed(tl.pv, base + (nh + nkv + kvh) * hd, ld, j0, w, hd);
+      pack_transposed(tl.pk, base + (nh + kvh) * hd, ld, j0, w, hd, kB);
+      pack_transposed(tl.pv, base + (nh + nkv + kvh) * hd, ld, j0, w, hd, kB);
       std::fill(tl.g1, tl.g1 + kB * hd, 0.0f);
       std::fill(tl.g2, tl.g2 + kB * hd, 0.0f);
       for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
@@ -326,8 +307,8 @@ void flash_attention_backward(float* dqkv, float* scratch, const float* dout, co
       for (int64_t kb = 0; kb <= qb; ++kb) {
         const int64_t j0 = kb * kB, w = std::min(kB, t - j0);
         const bool diag = kb == qb;
-        pack_transposed(tl.pk, k, ld, j0, w, hd);
-        pack_transposed(tl.pv, base + (nh + nkv + kvh) * hd, ld, j0, w, hd);
+        pack_transposed(tl.pk, k, ld, j0, w, hd, kB);
+        pack_transposed(tl.pv, base + (nh + nkv + kvh) * hd, ld, j0, w, hd, kB);
         block_probs_and_ds(tl, q, ld, dout_b, ldo, lse + (bi * nh + h) * t + i0, i0, m, j0, w, hd,
                            scale);
         for (int64_t r0 = 0; r0 < m; r0 += kMr) {

@@ -115,4 +115,24 @@ inline void transpose16(__m512 r[16]) {
   }
 }
 
+// panel[d * pw + j] = x[(j0 + j) * ld + d] for j < width, d < hd (zero for width <= j < pw, pw a
+// multiple of 16): a slice of K or V transposed so that keys run along the vector lanes.
+inline void pack_transposed(float* __restrict panel, const float* __restrict x, int64_t ld,
+                            int64_t j0, int64_t width, int64_t hd, int64_t pw) {
+  for (int64_t jb = 0; jb < pw; jb += 16) {
+    for (int64_t db = 0; db < hd; db += 16) {
+      const __mmask16 cols = vec::tail_mask(db, hd);
+      __m512 r[16];
+      for (int64_t j = 0; j < 16; ++j) {
+        r[j] = jb + j < width ? _mm512_maskz_loadu_ps(cols, x + (j0 + jb + j) * ld + db)
+                              : _mm512_setzero_ps();
+      }
+      transpose16(r);
+      for (int64_t d = 0; d < std::min<int64_t>(16, hd - db); ++d) {
+        _mm512_storeu_ps(panel + (db + d) * pw + jb, r[d]);
+      }
+    }
+  }
+}
+
 }  // namespace strata::kernels::tiles
