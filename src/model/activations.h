@@ -1,56 +1,75 @@
-// What forward saves for backward, per micro-batch slot (ActivationStore), and the gradient
-// buffers that backward reuses layer after layer (GradScratch). Both are planned from the config
-// and the micro-batch shape at start-up and allocated once; sizes are in elements.
+// What forward saves for backward, per model chunk and micro-batch slot (ActivationStore), and the
+// gradient buffers that backward reuses layer after layer (GradScratch). Both are planned from the
+// config, this rank's shard and the micro-batch shape at start-up and allocated once; sizes are in
+// elements. With tensor parallelism, per-head and per-column tensors hold this rank's heads and
+// columns (nh, f, v below are local); with sequence parallelism, the residual stream, norms and
+// their statistics hold this rank's rows only (ns = n / tp), which is where sp saves memory.
 #pragma once
 #include <cstdint>
 #include <vector>
 
 #include "core/arena.h"
 #include "model/config.h"
+#include "model/shard.h"
 
 namespace strata {
 
 struct LayerActivations {
-  float* attn_norm = nullptr;  // [n, c] normalised input of attention
-  float* attn_mean = nullptr;  // [n] (LayerNorm only)
-  float* attn_rstd = nullptr;  // [n]
+  float* attn_norm = nullptr;  // [ns, c] normalised input of attention
+  float* attn_mean = nullptr;  // [ns] (LayerNorm only)
+  float* attn_rstd = nullptr;  // [ns]
   float* qkv = nullptr;        // [n, qkv_width] (q and k after RoPE for llama)
   float* probs = nullptr;      // [b, nh, t, t] (naive attention)
   float* lse = nullptr;        // [b, nh, t] log-sum-exp of each query row (flash attention)
   float* attn_out = nullptr;   // [n, nh*hd] heads concatenated
-  float* resid_mid = nullptr;  // [n, c] residual after attention
-  float* mlp_norm = nullptr;   // [n, c]
-  float* mlp_mean = nullptr;   // [n]
-  float* mlp_rstd = nullptr;   // [n]
+  float* resid_mid = nullptr;  // [ns, c] residual after attention
+  float* mlp_norm = nullptr;   // [ns, c]
+  float* mlp_mean = nullptr;   // [ns]
+  float* mlp_rstd = nullptr;   // [ns]
   float* mlp_pre = nullptr;    // [n, f] (gpt2 fc output) or [n, 2f] (llama gate|up)
   float* mlp_act = nullptr;    // [n, f] activation output, input of proj/down
-  float* resid_out = nullptr;  // [n, c] block output
+  float* resid_out = nullptr;  // [ns, c] block output
 };
 
 struct ActivationStore {
-  ActivationStore(const ModelConfig& cfg, Arena& arena, int64_t batch, int64_t seq_len);
+  // The activations of one micro-batch through `layers` of the model; `embedding` and `head` say
+  // whether this chunk also runs the embedding (first) and the final norm, head and loss (last).
+  ActivationStore(const ModelConfig& cfg, const ModelShard& shard, LayerRange layers,
+                  bool embedding, bool head, Arena& arena, int64_t batch, int64_t seq_len);
+  ActivationStore(const ModelConfig& cfg, Arena& arena, int64_t batch, int64_t seq_len)
+      : ActivationStore(cfg, ModelShard::whole(cfg), {0, cfg.n_layer}, true, true, arena, batch,
+                        seq_len) {}
   int32_t* inputs = nullptr;   // [n] copy of the micro-batch's tokens (embedding backward)
   int32_t* targets = nullptr;  // [n]
-  float* embed_out = nullptr;  // [n, c] block 0 input
-  std::vector<LayerActivations> layers;
-  float* final_norm = nullptr;  // [n, c]
-  float* final_mean = nullptr;  // [n]
-  float* final_rstd = nullptr;  // [n]
-  float* logits = nullptr;      // [n, v]; holds dlogits after backward's loss step
-  float* losses = nullptr;      // [n]
+  // [ns, c] the chunk's input: the embedding output, or the activation received from the
+  // previous pipeline stage.
+  float* embed_out = nullptr;
+  std::vector<LayerActivations> layers;  // the chunk's layers, in order
+  float* final_norm = nullptr;           // [ns, c]
+  float* final_mean = nullptr;           // [ns]
+  float* final_rstd = nullptr;           // [ns]
+  float* logits = nullptr;               // [n, v]; holds dlogits after backward's loss step
+  float* losses = nullptr;               // [n]
+  float* ce_stats = nullptr;             // [3n] vocab-parallel cross-entropy: max, sum, target
   bool has_targets = false;
+  int64_t b = 0, t = 0;  // shape of the micro-batch it holds
 };
 
 struct GradScratch {
   GradScratch() = default;
-  GradScratch(const ModelConfig& cfg, Arena& arena, int64_t batch, int64_t seq_len);
-  float* dresid = nullptr;    // [n, c] gradient of the residual stream
-  float* dnorm = nullptr;     // [n, c] gradient of a norm's output
+  GradScratch(const ModelConfig& cfg, const ModelShard& shard, Arena& arena, int64_t batch,
+              int64_t seq_len);
+  float* dresid = nullptr;    // [ns, c] gradient of the residual stream
+  float* dnorm = nullptr;     // [ns, c] gradient of a norm's output
   float* dqkv = nullptr;      // [n, qkv_width]
   float* dattn = nullptr;     // [n, nh*hd]
   float* dmlp_pre = nullptr;  // [n, f or 2f]
   float* dmlp_act = nullptr;  // [n, f]
   float* attn_scratch = nullptr;
+  // Sequence parallelism only: two [n, c] buffers for all-gathered inputs and the full-row
+  // partial sums that are reduce-scattered (forward and backward use them in turn).
+  float* full_a = nullptr;
+  float* full_b = nullptr;
 };
 
 }  // namespace strata

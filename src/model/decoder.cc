@@ -12,64 +12,98 @@ namespace strata {
 
 namespace k = kernels;
 
-Decoder::Decoder(const ModelConfig& config, Arena& arena, int64_t batch, int64_t seq_len, int slots,
-                 const std::function<void(ParamStore&)>& plan)
-    : config_(config), arena_(arena), batch_(batch), seq_len_(seq_len) {
-  config_.finalize();
-  STRATA_CHECK(seq_len <= config_.max_seq_len, "train.seq_len = ", seq_len,
-               " exceeds model.max_seq_len = ", config_.max_seq_len);
-  register_params();
-  if (plan) plan(params_);
-  params_.allocate(arena);
-  for (int s = 0; s < slots; ++s)
-    acts_.push_back(std::make_unique<ActivationStore>(config_, arena, batch, seq_len));
-  scratch_ = GradScratch(config_, arena, batch, seq_len);
-}
+// ---- parameters --------------------------------------------------------------------------------
 
-// Registration order inside a group is the storage order: q|k|v weights (and biases) and
-// gate|up are adjacent, so one GEMM computes each fused projection.
-void Decoder::register_params() {
-  const int64_t c = config_.d_model, hd = config_.head_dim(), nh = config_.n_head;
-  const int64_t nkv = config_.kv_heads(), f = config_.d_ff, v = config_.vocab_size;
-  const bool gpt2 = config_.family == ModelFamily::gpt2;
-  const int final_group = static_cast<int>(config_.n_layer) + 1;
-  ParamStore& p = params_;
-  embed_ = p.add("embed.weight", {v, c}, 0);
-  if (config_.learned_positions())
-    pos_embed_ = p.add("pos_embed.weight", {config_.max_seq_len, c}, 0);
-  for (int64_t l = 0; l < config_.n_layer; ++l) {
+ModelParamIndex register_model_params(const ModelConfig& cfg, const ModelShard& sh, ParamStore& p) {
+  const int64_t c = cfg.d_model, hd = cfg.head_dim();
+  const int64_t nh = sh.heads(cfg), nkv = sh.kv_heads(cfg), f = sh.ffn(cfg), v = sh.vocab(cfg);
+  const bool gpt2 = cfg.family == ModelFamily::gpt2, tp = sh.tp > 1;
+  const int final_group = static_cast<int>(cfg.n_layer) + 1;
+  // Slices: split along a dimension, or replicated over the tp group (then with sequence
+  // parallelism a norm's or position table's gradient is a partial sum over rows).
+  auto split = [&](int dim, int64_t begin, int64_t global) {
+    TensorSlice s;
+    if (!tp) return s;
+    s.dim = dim;
+    s.begin = begin;
+    s.global = global;
+    return s;
+  };
+  auto replicated = [&](bool row_partial) {
+    TensorSlice s;
+    if (!tp) return s;
+    s.holders = sh.tp;
+    s.holder_index = sh.tp_rank;
+    s.replicated = true;
+    s.sum_grads = row_partial && sh.sp;
+    return s;
+  };
+  // k and v: this rank's kv heads, split or (tp > n_kv_head) shared with tp / n_kv_head ranks
+  // whose query heads all read the same kv head; their gradients add up.
+  auto kv = [&](int64_t per_head) {
+    TensorSlice s = split(0, sh.kv_head_begin(cfg) * per_head, cfg.kv_heads() * per_head);
+    if (tp && sh.kv_holders(cfg) > 1) {
+      s.holders = sh.kv_holders(cfg);
+      s.holder_index = sh.tp_rank % sh.kv_holders(cfg);
+      s.sum_grads = true;
+    }
+    return s;
+  };
+  ModelParamIndex idx;
+  idx.blocks.resize(static_cast<size_t>(cfg.n_layer));
+  if (sh.has_embedding) {
+    idx.embed = p.add("embed.weight", {v, c}, 0, split(0, sh.vocab_begin(cfg), cfg.vocab_size));
+    if (cfg.learned_positions())
+      idx.pos_embed = p.add("pos_embed.weight", {cfg.max_seq_len, c}, 0, replicated(true));
+  }
+  for (int64_t l = 0; l < cfg.n_layer; ++l) {
+    if (!sh.holds_layer(l)) continue;
     const std::string pre = "layers." + std::to_string(l) + ".";
     const int g = static_cast<int>(l) + 1;
-    BlockParams b;
-    b.attn_norm_w = p.add(pre + "attn_norm.weight", {c}, g);
-    if (gpt2) b.attn_norm_b = p.add(pre + "attn_norm.bias", {c}, g);
-    b.q_w = p.add(pre + "attn.q.weight", {nh * hd, c}, g);
-    b.k_w = p.add(pre + "attn.k.weight", {nkv * hd, c}, g);
-    b.v_w = p.add(pre + "attn.v.weight", {nkv * hd, c}, g);
+    BlockParams& b = idx.blocks[l];
+    const int64_t q0 = sh.tp_rank * nh * hd, qall = cfg.n_head * hd;
+    b.attn_norm_w = p.add(pre + "attn_norm.weight", {c}, g, replicated(true));
+    if (gpt2) b.attn_norm_b = p.add(pre + "attn_norm.bias", {c}, g, replicated(true));
+    b.q_w = p.add(pre + "attn.q.weight", {nh * hd, c}, g, split(0, q0, qall));
+    b.k_w = p.add(pre + "attn.k.weight", {nkv * hd, c}, g, kv(hd));
+    b.v_w = p.add(pre + "attn.v.weight", {nkv * hd, c}, g, kv(hd));
     if (gpt2) {
-      b.q_b = p.add(pre + "attn.q.bias", {nh * hd}, g);
-      b.k_b = p.add(pre + "attn.k.bias", {nkv * hd}, g);
-      b.v_b = p.add(pre + "attn.v.bias", {nkv * hd}, g);
+      b.q_b = p.add(pre + "attn.q.bias", {nh * hd}, g, split(0, q0, qall));
+      b.k_b = p.add(pre + "attn.k.bias", {nkv * hd}, g, kv(hd));
+      b.v_b = p.add(pre + "attn.v.bias", {nkv * hd}, g, kv(hd));
     }
-    b.o_w = p.add(pre + "attn.o.weight", {c, nh * hd}, g);
-    if (gpt2) b.o_b = p.add(pre + "attn.o.bias", {c}, g);
-    b.mlp_norm_w = p.add(pre + "mlp_norm.weight", {c}, g);
+    b.o_w = p.add(pre + "attn.o.weight", {c, nh * hd}, g, split(1, q0, qall));
+    // A row-parallel bias is added after the reduction, and its gradient comes from the full
+    // rows of the output gradient: replicated, never partial.
+    if (gpt2) b.o_b = p.add(pre + "attn.o.bias", {c}, g, replicated(false));
+    b.mlp_norm_w = p.add(pre + "mlp_norm.weight", {c}, g, replicated(true));
+    const int64_t f0 = sh.tp_rank * f;
     if (gpt2) {
-      b.mlp_norm_b = p.add(pre + "mlp_norm.bias", {c}, g);
-      b.fc_w = p.add(pre + "mlp.fc.weight", {f, c}, g);
-      b.fc_b = p.add(pre + "mlp.fc.bias", {f}, g);
-      b.proj_w = p.add(pre + "mlp.proj.weight", {c, f}, g);
-      b.proj_b = p.add(pre + "mlp.proj.bias", {c}, g);
+      b.mlp_norm_b = p.add(pre + "mlp_norm.bias", {c}, g, replicated(true));
+      b.fc_w = p.add(pre + "mlp.fc.weight", {f, c}, g, split(0, f0, cfg.d_ff));
+      b.fc_b = p.add(pre + "mlp.fc.bias", {f}, g, split(0, f0, cfg.d_ff));
+      b.proj_w = p.add(pre + "mlp.proj.weight", {c, f}, g, split(1, f0, cfg.d_ff));
+      b.proj_b = p.add(pre + "mlp.proj.bias", {c}, g, replicated(false));
     } else {
-      b.gate_w = p.add(pre + "mlp.gate.weight", {f, c}, g);
-      b.up_w = p.add(pre + "mlp.up.weight", {f, c}, g);
-      b.down_w = p.add(pre + "mlp.down.weight", {c, f}, g);
+      b.gate_w = p.add(pre + "mlp.gate.weight", {f, c}, g, split(0, f0, cfg.d_ff));
+      b.up_w = p.add(pre + "mlp.up.weight", {f, c}, g, split(0, f0, cfg.d_ff));
+      b.down_w = p.add(pre + "mlp.down.weight", {c, f}, g, split(1, f0, cfg.d_ff));
     }
-    blocks_.push_back(b);
   }
-  final_norm_w_ = p.add("final_norm.weight", {c}, final_group);
-  if (gpt2) final_norm_b_ = p.add("final_norm.bias", {c}, final_group);
-  if (!config_.tie_embeddings) head_ = p.add("head.weight", {v, c}, final_group);
+  if (sh.has_head) {
+    idx.final_norm_w = p.add("final_norm.weight", {c}, final_group, replicated(true));
+    if (gpt2) idx.final_norm_b = p.add("final_norm.bias", {c}, final_group, replicated(true));
+    const TensorSlice vocab = split(0, sh.vocab_begin(cfg), cfg.vocab_size);
+    if (!cfg.tie_embeddings) {
+      idx.head = p.add("head.weight", {v, c}, final_group, vocab);
+    } else if (!sh.has_embedding) {
+      // Megatron's word_embeddings_for_head: the last stage's copy of the tied embedding.
+      TensorSlice copy = vocab;
+      copy.stage_copy = true;
+      idx.head = p.add("embed.weight", {v, c}, final_group, copy);
+    }
+  }
+  return idx;
 }
 
 namespace {
@@ -82,7 +116,7 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 void init_param_elements(const ModelConfig& config, const ParamInfo& info, uint64_t seed,
                          int64_t begin, int64_t count, float* out) {
   // GPT-2's scheme: N(0, std) for matrices, residual projections scaled by 1/sqrt(2L), zero
-  // biases, unit norm weights. Each element comes from (seed, name, index) only.
+  // biases, unit norm weights. Each element comes from (seed, name, global index) only.
   if (ends_with(info.name, "norm.weight")) {
     std::fill(out, out + count, 1.0f);
     return;
@@ -100,8 +134,38 @@ void init_param_elements(const ModelConfig& config, const ParamInfo& info, uint6
   const CounterRng rng(seed, hash_name(info.name));
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < count; ++i)
-    out[i] = static_cast<float>(std * rng.normal(static_cast<uint64_t>(begin + i)));
+    out[i] = static_cast<float>(std * rng.normal(static_cast<uint64_t>(info.global_index(begin + i))));
 }
+
+// ---- construction ------------------------------------------------------------------------------
+
+Decoder::Decoder(const ModelConfig& config, Arena& arena, int64_t batch, int64_t seq_len,
+                 DecoderOptions o)
+    : config_(config), arena_(arena), batch_(batch), seq_len_(seq_len) {
+  config_.finalize();
+  STRATA_CHECK(seq_len <= config_.max_seq_len, "train.seq_len = ", seq_len,
+               " exceeds model.max_seq_len = ", config_.max_seq_len);
+  shard_ = o.shard ? *o.shard : ModelShard::whole(config_);
+  STRATA_CHECK(shard_.tp == (o.tp ? o.tp->size() : 1),
+               "Decoder: the shard's tp does not match the tensor-parallel group");
+  tp_ = TensorParallel(o.tp, shard_.sp);
+  index_ = register_model_params(config_, shard_, params_);
+  if (o.plan) o.plan(params_);
+  params_.allocate(arena);
+  acts_.resize(static_cast<size_t>(shard_.num_chunks()));
+  for (int chunk = 0; chunk < shard_.num_chunks(); ++chunk) {
+    const int slots = o.chunk_slots.empty() ? o.slots : o.chunk_slots[chunk];
+    for (int s = 0; s < slots; ++s)
+      acts_[chunk].push_back(std::make_unique<ActivationStore>(
+          config_, shard_, shard_.chunks[chunk], shard_.chunk_has_embedding(chunk),
+          shard_.chunk_has_head(chunk), arena, batch, seq_len));
+  }
+  scratch_ = GradScratch(config_, shard_, arena, batch, seq_len);
+}
+
+Decoder::Decoder(const ModelConfig& config, Arena& arena, int64_t batch, int64_t seq_len, int slots,
+                 const std::function<void(ParamStore&)>& plan)
+    : Decoder(config, arena, batch, seq_len, DecoderOptions{slots, {}, plan, std::nullopt, nullptr}) {}
 
 void Decoder::init(uint64_t seed) {
   for (int i = 0; i < params_.count(); ++i)
@@ -109,10 +173,18 @@ void Decoder::init(uint64_t seed) {
 }
 
 const float* Decoder::head_weight() const {
-  return params_.param(config_.tie_embeddings ? embed_ : head_);
+  return params_.param(index_.head >= 0 ? index_.head : index_.embed);
 }
 float* Decoder::head_grad() const {
-  return params_.grad(config_.tie_embeddings ? embed_ : head_);
+  return params_.grad(index_.head >= 0 ? index_.head : index_.embed);
+}
+
+int64_t Decoder::boundary_elements() const {
+  return shard_.local_rows(batch_ * seq_len_) * config_.d_model;
+}
+
+const float* Decoder::layer_input(const ActivationStore& a, int64_t local_layer) const {
+  return local_layer == 0 ? a.embed_out : a.layers[local_layer - 1].resid_out;
 }
 
 // ---- forward -----------------------------------------------------------------------------------
@@ -136,192 +208,319 @@ void norm_backward(const ModelConfig& cfg, float* dx, float* dw, float* db, cons
 }
 }  // namespace
 
-void Decoder::block_forward(int layer, ActivationStore& a, int64_t b, int64_t t) {
+void Decoder::embedding_forward(ActivationStore& a, const int32_t* tokens) {
+  const int64_t n = a.b * a.t, c = config_.d_model, v = config_.vocab_size;
+  for (int64_t i = 0; i < n; ++i) {
+    STRATA_CHECK(tokens[i] >= 0 && tokens[i] < v, "token id ", tokens[i], " at position ", i,
+                 " is outside the vocabulary [0, ", v, ")");
+  }
+  std::memcpy(a.inputs, tokens, static_cast<size_t>(n) * sizeof(int32_t));
+  const float* pos = index_.pos_embed >= 0 ? params_.param(index_.pos_embed) : nullptr;
+  if (!tp_.active()) {
+    k::embedding_forward(a.embed_out, a.inputs, params_.param(index_.embed), pos, a.b, a.t, c);
+    return;
+  }
+  // Vocab-parallel: each rank looks up the tokens of its vocabulary block; the sum over ranks
+  // (reduce-scattered to row blocks under sp) is the embedding. Positions are replicated and
+  // added after the reduction, to this rank's rows.
+  float* partial = tp_.sp() ? scratch_.full_b : a.embed_out;
+  k::embedding_range_forward(partial, a.inputs, params_.param(index_.embed),
+                             shard_.vocab_begin(config_), shard_.vocab(config_), n, c);
+  tp_.reduce_rows(partial, a.embed_out, n, c);
+  if (pos) k::positions_add_forward(a.embed_out, pos, shard_.first_row(n), shard_.local_rows(n),
+                                    a.t, c);
+}
+
+void Decoder::row_parallel(float* out, const float* x, int w, int bias, const float* residual,
+                           int64_t n, int64_t in) {
+  const int64_t c = config_.d_model;
+  const float* b = bias >= 0 ? params_.param(bias) : nullptr;
+  if (!tp_.active()) {
+    k::linear_forward(out, x, params_.param(w), b, n, in, c);
+    k::add_inplace(out, residual, n * c);
+    return;
+  }
+  float* partial = tp_.sp() ? scratch_.full_b : out;
+  k::linear_forward(partial, x, params_.param(w), nullptr, n, in, c);
+  tp_.reduce_rows(partial, out, n, c);
+  const int64_t ns = shard_.local_rows(n);
+  if (b) k::add_bias(out, b, ns, c);
+  k::add_inplace(out, residual, ns * c);
+}
+
+void Decoder::block_forward(int layer, ActivationStore& a, LayerActivations& l, const float* x) {
   const ModelConfig& cfg = config_;
-  const BlockParams& bp = blocks_[layer];
-  LayerActivations& l = a.layers[layer];
-  const int64_t n = b * t, c = cfg.d_model, f = cfg.d_ff, nh = cfg.n_head, hd = cfg.head_dim();
-  const float* x = layer == 0 ? a.embed_out : a.layers[layer - 1].resid_out;
+  const BlockParams& bp = index_.blocks[layer];
+  const int64_t b = a.b, t = a.t, n = b * t, ns = shard_.local_rows(n), c = cfg.d_model;
+  const int64_t nh = shard_.heads(cfg), nkv = shard_.kv_heads(cfg), hd = cfg.head_dim();
+  const int64_t f = shard_.ffn(cfg);
   auto P = [&](int idx) { return idx < 0 ? nullptr : params_.param(idx); };
 
   norm_forward(cfg, l.attn_norm, l.attn_mean, l.attn_rstd, x, P(bp.attn_norm_w), P(bp.attn_norm_b),
-               n);
-  k::linear_forward(l.qkv, l.attn_norm, P(bp.q_w), P(bp.q_b), n, c, cfg.qkv_width());
-  if (cfg.family == ModelFamily::llama)
-    k::rope_forward(l.qkv, b, t, nh, cfg.kv_heads(), hd, cfg.rope_theta);
+               ns);
+  const float* in = tp_.gather_rows(l.attn_norm, scratch_.full_a, n, c);
+  k::linear_forward(l.qkv, in, P(bp.q_w), P(bp.q_b), n, c, shard_.qkv_width(cfg));
+  if (cfg.family == ModelFamily::llama) k::rope_forward(l.qkv, b, t, nh, nkv, hd, cfg.rope_theta);
   if (cfg.flash_attention())
-    k::flash_attention_forward(l.attn_out, l.lse, l.qkv, b, t, nh, cfg.kv_heads(), hd);
+    k::flash_attention_forward(l.attn_out, l.lse, l.qkv, b, t, nh, nkv, hd);
   else
-    k::attention_forward(l.attn_out, l.probs, l.qkv, b, t, nh, cfg.kv_heads(), hd);
-  k::linear_forward(l.resid_mid, l.attn_out, P(bp.o_w), P(bp.o_b), n, nh * hd, c);
-  k::add_inplace(l.resid_mid, x, n * c);
+    k::attention_forward(l.attn_out, l.probs, l.qkv, b, t, nh, nkv, hd);
+  row_parallel(l.resid_mid, l.attn_out, bp.o_w, bp.o_b, x, n, nh * hd);
 
   norm_forward(cfg, l.mlp_norm, l.mlp_mean, l.mlp_rstd, l.resid_mid, P(bp.mlp_norm_w),
-               P(bp.mlp_norm_b), n);
+               P(bp.mlp_norm_b), ns);
+  in = tp_.gather_rows(l.mlp_norm, scratch_.full_a, n, c);
   if (cfg.family == ModelFamily::gpt2) {
-    k::linear_forward(l.mlp_pre, l.mlp_norm, P(bp.fc_w), P(bp.fc_b), n, c, f);
+    k::linear_forward(l.mlp_pre, in, P(bp.fc_w), P(bp.fc_b), n, c, f);
     k::gelu_forward(l.mlp_act, l.mlp_pre, n * f);
-    k::linear_forward(l.resid_out, l.mlp_act, P(bp.proj_w), P(bp.proj_b), n, f, c);
+    row_parallel(l.resid_out, l.mlp_act, bp.proj_w, bp.proj_b, l.resid_mid, n, f);
   } else {
-    k::linear_forward(l.mlp_pre, l.mlp_norm, P(bp.gate_w), nullptr, n, c, 2 * f);
+    k::linear_forward(l.mlp_pre, in, P(bp.gate_w), nullptr, n, c, 2 * f);
     k::swiglu_forward(l.mlp_act, l.mlp_pre, n, f);
-    k::linear_forward(l.resid_out, l.mlp_act, P(bp.down_w), nullptr, n, f, c);
+    row_parallel(l.resid_out, l.mlp_act, bp.down_w, -1, l.resid_mid, n, f);
   }
-  k::add_inplace(l.resid_out, l.resid_mid, n * c);
+}
+
+void Decoder::head_forward(ActivationStore& a) {
+  const ModelConfig& cfg = config_;
+  const int64_t n = a.b * a.t, c = cfg.d_model;
+  hooks_->acquire_params(final_group());
+  norm_forward(cfg, a.final_norm, a.final_mean, a.final_rstd, a.layers.back().resid_out,
+               params_.param(index_.final_norm_w),
+               index_.final_norm_b >= 0 ? params_.param(index_.final_norm_b) : nullptr,
+               shard_.local_rows(n));
+  if (tied_in_place()) hooks_->acquire_params(0);
+  // Column-parallel over the vocabulary: this rank's logits only.
+  const float* in = tp_.gather_rows(a.final_norm, scratch_.full_a, n, c);
+  k::linear_forward(a.logits, in, head_weight(), nullptr, n, c, shard_.vocab(cfg));
+  if (tied_in_place()) hooks_->release_params(0);
+  hooks_->release_params(final_group());
+}
+
+void Decoder::run_forward(int chunk, ActivationStore& a, const int32_t* tokens) {
+  hooks_->begin_forward();
+  if (shard_.chunk_has_embedding(chunk)) {
+    hooks_->acquire_params(0);
+    embedding_forward(a, tokens);
+    hooks_->release_params(0);
+  }
+  const LayerRange r = shard_.chunks[chunk];
+  for (int64_t local = 0; local < r.size(); ++local) {
+    const int layer = static_cast<int>(r.begin + local);
+    hooks_->acquire_params(layer + 1);
+    block_forward(layer, a, a.layers[local], layer_input(a, local));
+    hooks_->release_params(layer + 1);
+  }
+  if (shard_.chunk_has_head(chunk)) head_forward(a);
+}
+
+double Decoder::loss(ActivationStore& a, const int32_t* targets, bool backward, float grad_scale) {
+  const int64_t n = a.b * a.t, v = config_.vocab_size;
+  std::memcpy(a.targets, targets, static_cast<size_t>(n) * sizeof(int32_t));
+  a.has_targets = true;
+  int64_t valid = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    STRATA_CHECK(targets[i] < v, "target token ", targets[i], " at position ", i,
+                 " is outside the vocabulary [0, ", v, ")");
+    valid += targets[i] >= 0;
+  }
+  double sum = 0;
+  if (!tp_.active()) {
+    sum = backward ? k::cross_entropy_forward_backward(a.losses, a.logits, a.targets, n, v,
+                                                       grad_scale)
+                   : k::cross_entropy_forward(a.losses, a.logits, a.targets, n, v);
+  } else {
+    // Vocab-parallel: two all-reduces of per-row statistics instead of gathering the logits.
+    const int64_t vl = shard_.vocab(config_), v0 = shard_.vocab_begin(config_);
+    float* row_max = a.ce_stats;
+    float* sum_exp = row_max + n;  // followed by target_logit: one all-reduce for both
+    float* target_logit = sum_exp + n;
+    k::vocab_parallel_ce_max(row_max, a.logits, n, vl);
+    tp_.all_reduce(row_max, n, ReduceOp::max);
+    k::vocab_parallel_ce_sums(sum_exp, target_logit, a.logits, row_max, a.targets, n, vl, v0);
+    tp_.all_reduce(sum_exp, 2 * n, ReduceOp::sum);
+    sum = k::vocab_parallel_ce_finish(a.losses, a.logits, row_max, sum_exp, target_logit,
+                                      a.targets, n, vl, v0, backward, grad_scale);
+  }
+  return valid > 0 ? sum / static_cast<double>(valid) : 0.0;
 }
 
 double Decoder::forward(const int32_t* inputs, const int32_t* targets, int64_t b, int64_t t,
                         int slot) {
+  STRATA_CHECK(shard_.num_chunks() == 1 && shard_.has_embedding && shard_.has_head,
+               "Decoder::forward runs the whole depth; a pipeline stage uses the chunk API");
   STRATA_CHECK(b >= 1 && b <= batch_ && t >= 1 && t <= seq_len_, "Decoder::forward: shape (", b,
                ", ", t, ") exceeds the planned (", batch_, ", ", seq_len_, ")");
-  ActivationStore& a = *acts_[slot];
-  const ModelConfig& cfg = config_;
-  const int64_t n = b * t, c = cfg.d_model, v = cfg.vocab_size;
-  for (int64_t i = 0; i < n; ++i) {
-    STRATA_CHECK(inputs[i] >= 0 && inputs[i] < v, "token id ", inputs[i], " at position ", i,
-                 " is outside the vocabulary [0, ", v, ")");
-  }
-  std::memcpy(a.inputs, inputs, static_cast<size_t>(n) * sizeof(int32_t));
-  a.has_targets = targets != nullptr;
-  if (targets) std::memcpy(a.targets, targets, static_cast<size_t>(n) * sizeof(int32_t));
-  last_b_ = b;
-  last_t_ = t;
-
-  hooks_->begin_forward();
-  hooks_->acquire_params(0);
-  k::embedding_forward(a.embed_out, a.inputs, params_.param(embed_),
-                       pos_embed_ >= 0 ? params_.param(pos_embed_) : nullptr, b, t, c);
-  hooks_->release_params(0);
-  for (int layer = 0; layer < cfg.n_layer; ++layer) {
-    hooks_->acquire_params(layer + 1);
-    block_forward(layer, a, b, t);
-    hooks_->release_params(layer + 1);
-  }
-  const float* x = a.layers.back().resid_out;
-  hooks_->acquire_params(final_group());
-  norm_forward(cfg, a.final_norm, a.final_mean, a.final_rstd, x, params_.param(final_norm_w_),
-               final_norm_b_ >= 0 ? params_.param(final_norm_b_) : nullptr, n);
-  if (cfg.tie_embeddings) hooks_->acquire_params(0);
-  k::linear_forward(a.logits, a.final_norm, head_weight(), nullptr, n, c, v);
-  if (cfg.tie_embeddings) hooks_->release_params(0);
-  hooks_->release_params(final_group());
-  if (!targets) return 0.0;
-  int64_t valid = 0;
-  for (int64_t i = 0; i < n; ++i) valid += targets[i] >= 0;
-  const double sum = k::cross_entropy_forward(a.losses, a.logits, a.targets, n, v);
-  return valid > 0 ? sum / static_cast<double>(valid) : 0.0;
+  ActivationStore& a = *acts_[0][slot];
+  a.b = b;
+  a.t = t;
+  a.has_targets = false;
+  run_forward(0, a, inputs);
+  return targets ? loss(a, targets, /*backward=*/false, 0.0f) : 0.0;
 }
 
 // ---- backward ----------------------------------------------------------------------------------
 
-void Decoder::block_backward(int layer, ActivationStore& a, int64_t b, int64_t t) {
+void Decoder::block_backward(int layer, ActivationStore& a, LayerActivations& l, const float* x) {
   const ModelConfig& cfg = config_;
-  const BlockParams& bp = blocks_[layer];
-  LayerActivations& l = a.layers[layer];
+  const BlockParams& bp = index_.blocks[layer];
   GradScratch& s = scratch_;
-  const int64_t n = b * t, c = cfg.d_model, f = cfg.d_ff, nh = cfg.n_head, hd = cfg.head_dim();
-  const float* x = layer == 0 ? a.embed_out : a.layers[layer - 1].resid_out;
+  const int64_t b = a.b, t = a.t, n = b * t, ns = shard_.local_rows(n), c = cfg.d_model;
+  const int64_t nh = shard_.heads(cfg), nkv = shard_.kv_heads(cfg), hd = cfg.head_dim();
+  const int64_t f = shard_.ffn(cfg);
   auto P = [&](int idx) { return idx < 0 ? nullptr : params_.param(idx); };
   auto G = [&](int idx) { return idx < 0 ? nullptr : params_.grad(idx); };
   // (Group pointers are looked up at each use: a hook may have bound the group to a buffer.)
+  // Under sp, full_a holds the gathered output gradient, then the full-row input gradient;
+  // full_b the re-gathered norm output (forward kept only this rank's rows of it).
+  float* dnorm_rows = tp_.sp() ? s.full_a : s.dnorm;
 
   // s.dresid holds dL/d(block output); the residual path passes it through unchanged.
+  const float* dy = tp_.gather_rows(s.dresid, s.full_a, n, c);
   if (cfg.family == ModelFamily::gpt2) {
-    k::linear_backward(s.dmlp_act, G(bp.proj_w), G(bp.proj_b), s.dresid, l.mlp_act, P(bp.proj_w), n,
-                       f, c);
-    k::gelu_backward(s.dmlp_pre, l.mlp_pre, s.dmlp_act, n * f);
-    k::linear_backward(s.dnorm, G(bp.fc_w), G(bp.fc_b), s.dmlp_pre, l.mlp_norm, P(bp.fc_w), n, c,
-                       f);
-  } else {
-    k::linear_backward(s.dmlp_act, G(bp.down_w), nullptr, s.dresid, l.mlp_act, P(bp.down_w), n, f,
+    k::linear_backward(s.dmlp_act, G(bp.proj_w), G(bp.proj_b), dy, l.mlp_act, P(bp.proj_w), n, f,
                        c);
+    k::gelu_backward(s.dmlp_pre, l.mlp_pre, s.dmlp_act, n * f);
+    const float* in = tp_.gather_rows(l.mlp_norm, s.full_b, n, c);
+    k::linear_backward(dnorm_rows, G(bp.fc_w), G(bp.fc_b), s.dmlp_pre, in, P(bp.fc_w), n, c, f);
+  } else {
+    k::linear_backward(s.dmlp_act, G(bp.down_w), nullptr, dy, l.mlp_act, P(bp.down_w), n, f, c);
     k::swiglu_backward(s.dmlp_pre, l.mlp_pre, s.dmlp_act, n, f);
-    k::linear_backward(s.dnorm, G(bp.gate_w), nullptr, s.dmlp_pre, l.mlp_norm, P(bp.gate_w), n, c,
+    const float* in = tp_.gather_rows(l.mlp_norm, s.full_b, n, c);
+    k::linear_backward(dnorm_rows, G(bp.gate_w), nullptr, s.dmlp_pre, in, P(bp.gate_w), n, c,
                        2 * f);
   }
+  tp_.reduce_rows(dnorm_rows, s.dnorm, n, c);
   norm_backward(cfg, s.dresid, G(bp.mlp_norm_w), G(bp.mlp_norm_b), s.dnorm, l.resid_mid,
-                P(bp.mlp_norm_w), l.mlp_mean, l.mlp_rstd, n);
+                P(bp.mlp_norm_w), l.mlp_mean, l.mlp_rstd, ns);
 
   // s.dresid now holds dL/d(residual after attention).
-  k::linear_backward(s.dattn, G(bp.o_w), G(bp.o_b), s.dresid, l.attn_out, P(bp.o_w), n, nh * hd, c);
+  dy = tp_.gather_rows(s.dresid, s.full_a, n, c);
+  k::linear_backward(s.dattn, G(bp.o_w), G(bp.o_b), dy, l.attn_out, P(bp.o_w), n, nh * hd, c);
   if (cfg.flash_attention())
     k::flash_attention_backward(s.dqkv, s.attn_scratch, s.dattn, l.qkv, l.attn_out, l.lse, b, t, nh,
-                                cfg.kv_heads(), hd);
+                                nkv, hd);
   else
-    k::attention_backward(s.dqkv, s.attn_scratch, s.dattn, l.qkv, l.probs, b, t, nh, cfg.kv_heads(),
-                          hd);
-  if (cfg.family == ModelFamily::llama)
-    k::rope_backward(s.dqkv, b, t, nh, cfg.kv_heads(), hd, cfg.rope_theta);
-  k::linear_backward(s.dnorm, G(bp.q_w), G(bp.q_b), s.dqkv, l.attn_norm, P(bp.q_w), n, c,
-                     cfg.qkv_width());
+    k::attention_backward(s.dqkv, s.attn_scratch, s.dattn, l.qkv, l.probs, b, t, nh, nkv, hd);
+  if (cfg.family == ModelFamily::llama) k::rope_backward(s.dqkv, b, t, nh, nkv, hd, cfg.rope_theta);
+  const float* in = tp_.gather_rows(l.attn_norm, s.full_b, n, c);
+  k::linear_backward(dnorm_rows, G(bp.q_w), G(bp.q_b), s.dqkv, in, P(bp.q_w), n, c,
+                     shard_.qkv_width(cfg));
+  tp_.reduce_rows(dnorm_rows, s.dnorm, n, c);
   norm_backward(cfg, s.dresid, G(bp.attn_norm_w), G(bp.attn_norm_b), s.dnorm, x, P(bp.attn_norm_w),
-                l.attn_mean, l.attn_rstd, n);
+                l.attn_mean, l.attn_rstd, ns);
 }
 
-void Decoder::backward(ActivationStore& a, float grad_scale) {
-  (void)grad_scale;  // already applied to dlogits by the fused loss
+void Decoder::head_backward(ActivationStore& a) {
   const ModelConfig& cfg = config_;
-  const int64_t b = last_b_, t = last_t_, n = b * t, c = cfg.d_model, v = cfg.vocab_size;
-  const bool tied = cfg.tie_embeddings;
   GradScratch& s = scratch_;
+  const int64_t n = a.b * a.t, ns = shard_.local_rows(n), c = cfg.d_model, v = shard_.vocab(cfg);
   const int last = final_group();
-
-  // Final group: the head (its weight gradient too when untied) and the final norm.
-  hooks_->begin_backward();
   hooks_->acquire_params(last);
   hooks_->begin_grads(last);
-  if (tied) hooks_->acquire_params(0);
-  // A tied head's weight gradient belongs to the embedding group: it is computed at the end of
-  // backward (dlogits stay in a.logits), so that every group's gradients complete at one time.
-  if (tied)  // dx only: dnorm[n, c] = dlogits[n, v] * W[v, c]
-    k::gemm(false, false, n, c, v, 1.0f, a.logits, v, head_weight(), c, 0.0f, s.dnorm, c);
-  else
-    k::linear_backward(s.dnorm, head_grad(), nullptr, a.logits, a.final_norm, head_weight(), n, c,
-                       v);
-  if (tied) hooks_->release_params(0);
-  std::memset(s.dresid, 0, static_cast<size_t>(n * c) * sizeof(float));
-  norm_backward(cfg, s.dresid, params_.grad(final_norm_w_),
-                final_norm_b_ >= 0 ? params_.grad(final_norm_b_) : nullptr, s.dnorm,
-                a.layers.back().resid_out, params_.param(final_norm_w_), a.final_mean, a.final_rstd,
-                n);
+  float* dx = tp_.sp() ? s.full_a : s.dnorm;
+  if (tied_in_place()) {
+    // A tied head's weight gradient belongs to the embedding group: it is computed at the end of
+    // backward (dlogits stay in a.logits), so that every group's gradients complete at one time.
+    hooks_->acquire_params(0);
+    k::gemm(false, false, n, c, v, 1.0f, a.logits, v, head_weight(), c, 0.0f, dx, c);
+    hooks_->release_params(0);
+  } else {
+    const float* in = tp_.gather_rows(a.final_norm, s.full_b, n, c);
+    k::linear_backward(dx, head_grad(), nullptr, a.logits, in, head_weight(), n, c, v);
+  }
+  tp_.reduce_rows(dx, s.dnorm, n, c);
+  std::memset(s.dresid, 0, static_cast<size_t>(ns * c) * sizeof(float));
+  norm_backward(cfg, s.dresid, params_.grad(index_.final_norm_w),
+                index_.final_norm_b >= 0 ? params_.grad(index_.final_norm_b) : nullptr, s.dnorm,
+                a.layers.back().resid_out, params_.param(index_.final_norm_w), a.final_mean,
+                a.final_rstd, ns);
   hooks_->end_grads(last);
   hooks_->release_params(last);
+}
 
-  for (int layer = static_cast<int>(cfg.n_layer) - 1; layer >= 0; --layer) {
-    hooks_->acquire_params(layer + 1);
-    hooks_->begin_grads(layer + 1);
-    block_backward(layer, a, b, t);
-    hooks_->end_grads(layer + 1);
-    hooks_->release_params(layer + 1);
-  }
-
+void Decoder::embedding_backward(ActivationStore& a) {
+  GradScratch& s = scratch_;
+  const int64_t n = a.b * a.t, c = config_.d_model;
   hooks_->acquire_params(0);
   hooks_->begin_grads(0);
-  k::embedding_backward(params_.grad(embed_), pos_embed_ >= 0 ? params_.grad(pos_embed_) : nullptr,
-                        s.dresid, a.inputs, b, t, c);
-  if (tied) {
+  float* dpos = index_.pos_embed >= 0 ? params_.grad(index_.pos_embed) : nullptr;
+  if (!tp_.active()) {
+    k::embedding_backward(params_.grad(index_.embed), dpos, s.dresid, a.inputs, a.b, a.t, c);
+  } else {
+    if (dpos)
+      k::positions_add_backward(dpos, s.dresid, shard_.first_row(n), shard_.local_rows(n), a.t, c);
+    const float* d = tp_.gather_rows(s.dresid, s.full_a, n, c);
+    k::embedding_range_backward(params_.grad(index_.embed), d, a.inputs,
+                                shard_.vocab_begin(config_), shard_.vocab(config_), n, c);
+  }
+  if (tied_in_place()) {
     // dW_head[v, c] += dlogits^T[v, n] * final_norm[n, c]
-    k::gemm(true, false, v, c, n, 1.0f, a.logits, v, a.final_norm, c, 1.0f, params_.grad(embed_),
-            c);
+    const int64_t v = shard_.vocab(config_);
+    const float* in = tp_.gather_rows(a.final_norm, s.full_b, n, c);
+    k::gemm(true, false, v, c, n, 1.0f, a.logits, v, in, c, 1.0f, params_.grad(index_.embed), c);
   }
   hooks_->end_grads(0);
   hooks_->release_params(0);
 }
 
+void Decoder::run_backward(int chunk, ActivationStore& a) {
+  hooks_->begin_backward();
+  if (shard_.chunk_has_head(chunk)) head_backward(a);
+  const LayerRange r = shard_.chunks[chunk];
+  for (int64_t local = r.size() - 1; local >= 0; --local) {
+    const int layer = static_cast<int>(r.begin + local);
+    hooks_->acquire_params(layer + 1);
+    hooks_->begin_grads(layer + 1);
+    block_backward(layer, a, a.layers[local], layer_input(a, local));
+    hooks_->end_grads(layer + 1);
+    hooks_->release_params(layer + 1);
+  }
+  if (shard_.chunk_has_embedding(chunk)) embedding_backward(a);
+}
+
 double Decoder::forward_backward(const int32_t* inputs, const int32_t* targets, float grad_scale,
                                  int slot) {
   STRATA_CHECK(targets != nullptr, "Decoder::forward_backward needs targets");
-  ActivationStore& a = *acts_[slot];
-  forward(inputs, nullptr, batch_, seq_len_, slot);
-  const int64_t n = batch_ * seq_len_;
-  std::memcpy(a.targets, targets, static_cast<size_t>(n) * sizeof(int32_t));
-  a.has_targets = true;
-  int64_t valid = 0;
-  for (int64_t i = 0; i < n; ++i) valid += targets[i] >= 0;
-  const double sum = k::cross_entropy_forward_backward(a.losses, a.logits, a.targets, n,
-                                                       config_.vocab_size, grad_scale);
-  backward(a, grad_scale);
-  return valid > 0 ? sum / static_cast<double>(valid) : 0.0;
+  STRATA_CHECK(shard_.num_chunks() == 1 && shard_.has_embedding && shard_.has_head,
+               "Decoder::forward_backward runs the whole depth; a pipeline stage uses the chunk "
+               "API");
+  ActivationStore& a = *acts_[0][slot];
+  a.b = batch_;
+  a.t = seq_len_;
+  run_forward(0, a, inputs);
+  const double mean = loss(a, targets, /*backward=*/true, grad_scale);
+  run_backward(0, a);
+  return mean;
+}
+
+// ---- chunk API ---------------------------------------------------------------------------------
+
+void Decoder::chunk_forward(int chunk, int slot, const int32_t* tokens) {
+  ActivationStore& a = *acts_[chunk][slot];
+  a.b = batch_;
+  a.t = seq_len_;
+  a.has_targets = false;
+  run_forward(chunk, a, tokens);
+}
+
+const float* Decoder::chunk_output(int chunk, int slot) const {
+  return acts_[chunk][slot]->layers.back().resid_out;
+}
+
+double Decoder::chunk_loss(int chunk, int slot, const int32_t* targets, bool backward,
+                           float grad_scale) {
+  STRATA_CHECK(shard_.chunk_has_head(chunk), "Decoder::chunk_loss: chunk ", chunk,
+               " has no head");
+  return loss(*acts_[chunk][slot], targets, backward, grad_scale);
+}
+
+void Decoder::chunk_backward(int chunk, int slot, const float* doutput, float* dinput) {
+  ActivationStore& a = *acts_[chunk][slot];
+  const size_t bytes = static_cast<size_t>(boundary_elements()) * sizeof(float);
+  if (!shard_.chunk_has_head(chunk)) std::memcpy(scratch_.dresid, doutput, bytes);
+  run_backward(chunk, a);
+  if (!shard_.chunk_has_embedding(chunk)) std::memcpy(dinput, scratch_.dresid, bytes);
 }
 
 double Decoder::train_flops_per_token() const {

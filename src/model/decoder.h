@@ -1,11 +1,17 @@
 // Decoder: the config-driven transformer (gpt2 and llama families) with an explicit forward and
-// backward. It owns its parameters (ParamStore) and the activations of the micro-batches in flight
-// (ActivationStore slots), all allocated once from the arena for a fixed (batch, seq_len); a step
-// allocates nothing.
+// backward. It owns this rank's parameters (ParamStore) and the activations of the micro-batches
+// in flight (ActivationStore slots per model chunk), all allocated once from the arena for a fixed
+// (batch, seq_len); a step allocates nothing.
+//
+// Parallelism is applied to the unchanged model through a ModelShard (model/shard.h): tensor and
+// sequence parallelism change the local shapes and insert the tp collectives (TensorParallel);
+// pipeline parallelism gives the rank some chunks of layers, run one at a time through the chunk
+// API below by a pipeline executor. One process is the shard that holds everything.
 #pragma once
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "core/arena.h"
@@ -13,6 +19,8 @@
 #include "model/config.h"
 #include "model/group_hooks.h"
 #include "model/params.h"
+#include "model/shard.h"
+#include "model/tensor_parallel.h"
 
 namespace strata {
 
@@ -26,66 +34,126 @@ struct BlockParams {
   int gate_w = -1, up_w = -1, down_w = -1;             // llama
 };
 
-// Initial values of elements [begin, begin + count) of one parameter: a function of the seed, the
-// parameter's global name and the element index only (DESIGN invariant 1), so a rank holding a
-// slice can initialise just its slice.
+// Indices of every parameter a shard holds (-1 when absent). blocks has one entry per global
+// layer; layers of other pipeline stages keep all -1.
+struct ModelParamIndex {
+  int embed = -1, pos_embed = -1, final_norm_w = -1, final_norm_b = -1;
+  int head = -1;  // untied head, or a tied head's copy of the embedding on the last stage
+  std::vector<BlockParams> blocks;
+};
+
+// Registers the parameters of `shard` (local shapes, global names, slices) into `params`.
+// Parameter groups: 0 is the embedding, 1..n_layer the blocks, n_layer + 1 the final norm and
+// head. Registration order inside a group is the storage order: q|k|v weights (and biases) and
+// gate|up are adjacent, so one GEMM computes each fused projection.
+ModelParamIndex register_model_params(const ModelConfig& config, const ModelShard& shard,
+                                      ParamStore& params);
+
+// Initial values of local elements [begin, begin + count) of one parameter: a function of the
+// seed, the parameter's global name and the GLOBAL element index only (DESIGN invariant 1), so a
+// rank holding a slice initialises exactly the values one process has there.
 void init_param_elements(const ModelConfig& config, const ParamInfo& info, uint64_t seed,
                          int64_t begin, int64_t count, float* out);
 
+struct DecoderOptions {
+  int slots = 1;                 // activation slots (micro-batches in flight) per chunk
+  std::vector<int> chunk_slots;  // per chunk; overrides `slots` when not empty
+  // Sees the registered parameters before anything is allocated: a sharding strategy sets
+  // padding and residency there.
+  std::function<void(ParamStore&)> plan;
+  std::optional<ModelShard> shard;  // default: the whole model
+  Comm* tp = nullptr;  // the tensor-parallel group (null: tp = 1)
+};
+
 class Decoder {
  public:
-  // Allocates parameters, gradients and `slots` activation slots for micro-batches of
-  // (batch, seq_len) tokens. `plan` (optional) sees the registered parameters before anything
-  // is allocated: a sharding strategy sets padding and residency there.
+  Decoder(const ModelConfig& config, Arena& arena, int64_t batch, int64_t seq_len,
+          DecoderOptions options);
+  // The whole model in one process.
   Decoder(const ModelConfig& config, Arena& arena, int64_t batch, int64_t seq_len, int slots = 1,
           const std::function<void(ParamStore&)>& plan = nullptr);
 
-  // Initialises every parameter from (seed, global name, element index) only.
+  // Initialises every local parameter from (seed, global name, global element index) only.
   void init(uint64_t seed);
 
-  // Forward on inputs[b*t] (b <= batch, t <= seq_len). With targets, computes the per-token
-  // losses and returns their mean over valid targets; without, leaves logits for logits().
+  // Forward on inputs[b*t] (b <= batch, t <= seq_len) through all chunks (a rank holding the
+  // whole depth: pp = 1). With targets, computes the per-token losses and returns their mean over
+  // valid targets; without, leaves logits for logits().
   double forward(const int32_t* inputs, const int32_t* targets, int64_t b, int64_t t, int slot = 0);
-  // Forward and backward of one micro-batch: accumulates into the gradients
+  // Forward and backward of one micro-batch (pp = 1): accumulates into the gradients
   // dL/dθ * grad_scale where L is the SUM of token losses (so grad_scale = 1/tokens averages).
   // Returns the mean loss over valid targets.
   double forward_backward(const int32_t* inputs, const int32_t* targets, float grad_scale,
                           int slot = 0);
 
-  const float* logits(int slot = 0) const { return acts_[slot]->logits; }  // [b*t, vocab]
+  // ---- chunk API (pipeline executor) ---------------------------------------------------------
+  // Forward of chunk `chunk` for the micro-batch in `slot` (full batch and seq_len). The chunk
+  // with the embedding reads `tokens`; any other reads chunk_input(chunk, slot), which the
+  // caller has filled (the activation received from the previous stage).
+  void chunk_forward(int chunk, int slot, const int32_t* tokens);
+  float* chunk_input(int chunk, int slot) { return acts_[chunk][slot]->embed_out; }
+  const float* chunk_output(int chunk, int slot) const;  // the last layer's output
+  // On the chunk with the head, after chunk_forward: the mean loss over valid targets; with
+  // `backward`, also leaves dlogits (scaled by grad_scale) for chunk_backward.
+  double chunk_loss(int chunk, int slot, const int32_t* targets, bool backward, float grad_scale);
+  // Backward of chunk `chunk`: starts from dlogits on the head chunk, otherwise from
+  // doutput = dL/d(chunk output); leaves dL/d(chunk input) in dinput unless the chunk has the
+  // embedding. Both are [boundary_elements()].
+  void chunk_backward(int chunk, int slot, const float* doutput, float* dinput);
+  int64_t boundary_elements() const;  // rows this rank holds * d_model
+  int num_chunks() const { return shard_.num_chunks(); }
+
+  const float* logits(int slot = 0) const { return acts_.back()[slot]->logits; }  // [b*t, v]
   const ModelConfig& config() const { return config_; }
+  const ModelShard& shard() const { return shard_; }
+  const TensorParallel& tensor_parallel() const { return tp_; }
   ParamStore& params() { return params_; }
   const ParamStore& params() const { return params_; }
+  const ModelParamIndex& index() const { return index_; }
   int64_t batch() const { return batch_; }
   int64_t seq_len() const { return seq_len_; }
 
-  // Parameter groups: 0 is the embedding, 1..n_layer the blocks, n_layer + 1 the final norm and
-  // (untied) head. Hooks see every use of a group; the Decoder does not own them.
+  // Hooks see every use of a parameter group; the Decoder does not own them.
   void set_hooks(GroupHooks* hooks) { hooks_ = hooks ? hooks : &no_hooks_; }
   int final_group() const { return static_cast<int>(config_.n_layer) + 1; }
 
-  // FLOPs of one training token (6N + 12·L·C·T, N excluding position embeddings), for MFU.
+  // FLOPs of one training token of the whole model (6N + 12·L·C·T, N excluding position
+  // embeddings), for MFU.
   double train_flops_per_token() const;
 
  private:
-  void register_params();
-  void block_forward(int layer, ActivationStore& a, int64_t b, int64_t t);
-  void block_backward(int layer, ActivationStore& a, int64_t b, int64_t t);
-  void backward(ActivationStore& a, float grad_scale);
+  void embedding_forward(ActivationStore& a, const int32_t* tokens);
+  void embedding_backward(ActivationStore& a);
+  void head_forward(ActivationStore& a);
+  void head_backward(ActivationStore& a);
+  double loss(ActivationStore& a, const int32_t* targets, bool backward, float grad_scale);
+  void block_forward(int layer, ActivationStore& a, LayerActivations& l, const float* x);
+  void block_backward(int layer, ActivationStore& a, LayerActivations& l, const float* x);
+  // Row-parallel linear + bias + residual: out[ns, c] = reduce(x * W^T) + bias + residual.
+  void row_parallel(float* out, const float* x, int w, int bias, const float* residual,
+                    int64_t n, int64_t in);
+  void run_forward(int chunk, ActivationStore& a, const int32_t* tokens);
+  void run_backward(int chunk, ActivationStore& a);
+  const float* layer_input(const ActivationStore& a, int64_t local_layer) const;
   const float* head_weight() const;
   float* head_grad() const;
+  // A tied head that reads the embedding itself (the rank holds both): its weight gradient is
+  // computed at the end of backward, into the embedding group.
+  bool tied_in_place() const {
+    return config_.tie_embeddings && index_.head < 0 && shard_.has_head;
+  }
 
   ModelConfig config_;
+  ModelShard shard_;
+  TensorParallel tp_;
   Arena& arena_;
   int64_t batch_, seq_len_;
   ParamStore params_;
-  int embed_ = -1, pos_embed_ = -1, final_norm_w_ = -1, final_norm_b_ = -1, head_ = -1;
-  std::vector<BlockParams> blocks_;
-  std::vector<std::unique_ptr<ActivationStore>> acts_;
+  ModelParamIndex index_;
+  std::vector<std::vector<std::unique_ptr<ActivationStore>>> acts_;  // [chunk][slot]
   GradScratch scratch_;
   GroupHooks no_hooks_;
   GroupHooks* hooks_ = &no_hooks_;
-  int64_t last_b_ = 0, last_t_ = 0;
 };
 
 }  // namespace strata

@@ -6,7 +6,47 @@
 
 namespace strata {
 
-int ParamStore::add(const std::string& name, std::initializer_list<int64_t> shape, int group) {
+int64_t ParamInfo::global_numel() const {
+  int64_t n = 1;
+  for (int k = 0; k < ndim; ++k) n *= global_shape[k];
+  return n;
+}
+
+int64_t ParamInfo::global_index(int64_t i) const {
+  if (slice.dim < 0) return i;
+  // Elements per index of the sliced dimension (the product of the dimensions after it).
+  int64_t inner = 1;
+  for (int k = slice.dim + 1; k < ndim; ++k) inner *= shape[k];
+  const int64_t local_extent = shape[slice.dim] * inner;
+  const int64_t outer = i / local_extent, rest = i % local_extent;
+  return outer * slice.global * inner + slice.begin * inner + rest;
+}
+
+namespace {
+// Calls fn(local_offset, global_offset, count) for each contiguous run of a local block.
+template <typename Fn>
+void for_each_run(const ParamInfo& p, Fn fn) {
+  if (p.slice.dim < 0) {
+    fn(int64_t{0}, int64_t{0}, p.numel);
+    return;
+  }
+  int64_t inner = 1;
+  for (int k = p.slice.dim + 1; k < p.ndim; ++k) inner *= p.shape[k];
+  const int64_t run = p.shape[p.slice.dim] * inner;
+  for (int64_t local = 0; local < p.numel; local += run) fn(local, p.global_index(local), run);
+}
+}  // namespace
+
+void copy_local_to_global(const ParamInfo& p, const float* local, float* global) {
+  for_each_run(p, [&](int64_t l, int64_t g, int64_t n) { std::copy(local + l, local + l + n, global + g); });
+}
+
+void copy_global_to_local(const ParamInfo& p, const float* global, float* local) {
+  for_each_run(p, [&](int64_t l, int64_t g, int64_t n) { std::copy(global + g, global + g + n, local + l); });
+}
+
+int ParamStore::add(const std::string& name, std::initializer_list<int64_t> shape, int group,
+                    const TensorSlice& slice) {
   STRATA_CHECK(!planned_, "ParamStore: '", name, "' registered after allocation");
   STRATA_CHECK(!by_name_.count(name), "ParamStore: parameter '", name, "' registered twice");
   ParamInfo p;
@@ -20,6 +60,14 @@ int ParamStore::add(const std::string& name, std::initializer_list<int64_t> shap
   }
   p.group = group;
   p.weight_decay = p.ndim >= 2;
+  p.slice = slice;
+  p.global_shape = p.shape;
+  if (slice.dim >= 0) {
+    STRATA_CHECK(slice.dim < p.ndim && slice.begin >= 0 &&
+                     slice.begin + p.shape[slice.dim] <= slice.global,
+                 "ParamStore: slice of '", name, "' lies outside its global tensor");
+    p.global_shape[slice.dim] = slice.global;
+  }
   by_name_[name] = static_cast<int>(params_.size());
   params_.push_back(p);
   return static_cast<int>(params_.size()) - 1;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/arena.h"
+#include "model/shard.h"
 
 namespace strata {
 
@@ -25,7 +26,17 @@ struct ParamInfo {
   int64_t offset = 0;         // in elements, into the flat buffers
   int group = 0;              // groups are laid out in descending order
   bool weight_decay = false;  // matrices decay; norms, biases and other 1-D params do not
+  // Where this rank's block sits in the global tensor (model/shard.h); shape is the local shape.
+  TensorSlice slice;
+  std::array<int64_t, 4> global_shape{};
+  int64_t global_numel() const;
+  // Global element index (row-major in global_shape) of local element i.
+  int64_t global_index(int64_t i) const;
 };
+
+// Copies a parameter's local block out of / into the whole global tensor (row-major).
+void copy_local_to_global(const ParamInfo& p, const float* local, float* global);
+void copy_global_to_local(const ParamInfo& p, const float* global, float* local);
 
 // Parameters and gradients are reached through per-group base pointers, so that a sharding
 // strategy (ZeRO-2/3) can bind a group to a gathered or staging buffer while it is in use; by
@@ -33,7 +44,10 @@ struct ParamInfo {
 class ParamStore {
  public:
   // Registers a parameter; returns its index. Call before allocate().
-  int add(const std::string& name, std::initializer_list<int64_t> shape, int group);
+  // `shape` is the local shape; `slice` says where it sits in the global tensor (default: it is
+  // the whole tensor).
+  int add(const std::string& name, std::initializer_list<int64_t> shape, int group,
+          const TensorSlice& slice = {});
   // Assigns offsets (the flat buffers are padded to a multiple of `pad_to` elements) and
   // allocates the resident parameter and gradient buffers that are asked for; a strategy that
   // shards them (ZeRO-3 parameters, ZeRO-2/3 gradients) binds groups to its own buffers.

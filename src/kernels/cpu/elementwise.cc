@@ -15,6 +15,15 @@ void add_inplace(float* __restrict y, const float* __restrict x, int64_t count) 
   for (int64_t i = 0; i < count; ++i) y[i] += x[i];
 }
 
+void add_bias(float* __restrict y, const float* __restrict bias, int64_t n, int64_t c) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    float* __restrict row = y + i * c;
+#pragma omp simd
+    for (int64_t j = 0; j < c; ++j) row[j] += bias[j];
+  }
+}
+
 void scale_inplace(float* y, float s, int64_t count) {
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < count; ++i) y[i] *= s;

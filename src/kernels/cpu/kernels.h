@@ -95,7 +95,41 @@ double cross_entropy_forward(float* losses, const float* logits, const int32_t* 
 double cross_entropy_forward_backward(float* losses, float* logits, const int32_t* targets,
                                       int64_t n, int64_t v, float grad_scale);
 
+// ---- Tensor-parallel pieces (vocab_parallel.cc) -------------------------------------------------
+// A rank holds vocabulary rows [vocab_begin, vocab_begin + vocab_count) of the embedding (and of a
+// tied or vocab-parallel head). Composed over the ranks, these equal the whole-vocabulary kernels.
+// out[n, c] = wte_rows[tokens[i] - vocab_begin] for tokens in range, 0 for the others.
+void embedding_range_forward(float* out, const int32_t* tokens, const float* wte_rows,
+                             int64_t vocab_begin, int64_t vocab_count, int64_t n, int64_t c);
+// dwte_rows[tok - vocab_begin] += dout[i] for tokens in range (deterministic: channel slices).
+void embedding_range_backward(float* dwte_rows, const float* dout, const int32_t* tokens,
+                              int64_t vocab_begin, int64_t vocab_count, int64_t n, int64_t c);
+// Learned positions for rows [first_row, first_row + n) of a micro-batch of sequences of length t:
+// out[i] += wpe[(first_row + i) % t]; backward dwpe[(first_row + i) % t] += dout[i].
+void positions_add_forward(float* out, const float* wpe, int64_t first_row, int64_t n, int64_t t,
+                           int64_t c);
+void positions_add_backward(float* dwpe, const float* dout, int64_t first_row, int64_t n,
+                            int64_t t, int64_t c);
+// Vocabulary-parallel softmax cross-entropy (Megatron-LM's): each rank holds logits[n, v_local]
+// of its vocabulary block; the full logits are never gathered. Between the steps the caller
+// reduces over the ranks: row_max by max, then sum_exp and target_logit by sum.
+//   1. vocab_parallel_ce_max: row_max[i] = max_j logits[i, j] (local)
+//   2. vocab_parallel_ce_sums: sum_exp[i] = sum_j exp(logits[i, j] - row_max[i]) (global max),
+//      target_logit[i] = logits[i, targets[i] - vocab_begin] when the target is local, else 0
+//   3. vocab_parallel_ce_finish: losses[i] = log(sum_exp) + row_max - target_logit (0 for rows
+//      with target < 0); with `backward`, logits become dlogits = (softmax - onehot) * grad_scale.
+//      Returns the sum of the valid rows' losses in row order.
+void vocab_parallel_ce_max(float* row_max, const float* logits, int64_t n, int64_t v_local);
+void vocab_parallel_ce_sums(float* sum_exp, float* target_logit, const float* logits,
+                            const float* row_max, const int32_t* targets, int64_t n,
+                            int64_t v_local, int64_t vocab_begin);
+double vocab_parallel_ce_finish(float* losses, float* logits, const float* row_max,
+                                const float* sum_exp, const float* target_logit,
+                                const int32_t* targets, int64_t n, int64_t v_local,
+                                int64_t vocab_begin, bool backward, float grad_scale);
+
 // ---- Element-wise -------------------------------------------------------------------------------
+void add_bias(float* y, const float* bias, int64_t n, int64_t c);    // y[i, :] += bias
 void add(float* out, const float* a, const float* b, int64_t count);  // out = a + b
 void add_inplace(float* y, const float* x, int64_t count);            // y += x
 void scale_inplace(float* y, float s, int64_t count);                 // y *= s

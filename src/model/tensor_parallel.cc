@@ -1,0 +1,36 @@
+#include "model/tensor_parallel.h"
+
+#include <cstring>
+
+namespace strata {
+
+TensorParallel::TensorParallel(Comm* comm, bool sequence_parallel)
+    : comm_(comm),
+      size_(comm ? comm->size() : 1),
+      rank_(comm ? comm->rank() : 0),
+      sp_(sequence_parallel && size_ > 1) {}
+
+void TensorParallel::reduce_rows(float* partial, float* out, int64_t n, int64_t c) const {
+  if (!active()) {
+    if (out != partial) std::memcpy(out, partial, static_cast<size_t>(n * c) * sizeof(float));
+    return;
+  }
+  if (sp_) {
+    comm_->reduce_scatter(partial, out, n / size_ * c, DType::f32, ReduceOp::sum)->wait();
+    return;
+  }
+  comm_->all_reduce(partial, n * c, DType::f32, ReduceOp::sum)->wait();
+  if (out != partial) std::memcpy(out, partial, static_cast<size_t>(n * c) * sizeof(float));
+}
+
+const float* TensorParallel::gather_rows(const float* x, float* full, int64_t n, int64_t c) const {
+  if (!sp_) return x;
+  comm_->all_gather(x, full, n / size_ * c, DType::f32)->wait();
+  return full;
+}
+
+void TensorParallel::all_reduce(float* x, int64_t count, ReduceOp op) const {
+  if (active()) comm_->all_reduce(x, count, DType::f32, op)->wait();
+}
+
+}  // namespace strata
