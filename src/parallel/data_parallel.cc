@@ -38,6 +38,7 @@ void DataParallel::plan(ParamStore& params) {
     unpadded = 0;
   };
   for (int g = groups - 1; g >= 0; --g) {
+    if (sizes[g] == 0) continue;  // a group another pipeline stage holds
     current.groups.push_back(g);
     bucket_of_group_[g] = static_cast<int>(buckets_.size());
     unpadded += sizes[g];
@@ -98,6 +99,7 @@ void DataParallel::init_params(const ModelConfig& config, uint64_t seed) {
 // ---- step protocol -----------------------------------------------------------------------------
 
 void DataParallel::begin_step() {
+  for (Bucket& b : buckets_) b.remaining = static_cast<int>(b.groups.size());
   if (opt_.zero < 2) {
     params_->zero_grads();
   } else {
@@ -113,7 +115,11 @@ void DataParallel::begin_step() {
 
 void DataParallel::begin_micro_batch(bool last) {
   last_micro_batch_ = last;
-  for (Bucket& b : buckets_) b.remaining = static_cast<int>(b.groups.size());
+  // Stages 0/1 count only the last micro-batch's end_grads (reset at begin_step), so that a
+  // pipeline may announce the last micro-batch chunk by chunk, between other micro-batches'
+  // backward passes; stages 2/3 reduce every micro-batch.
+  if (opt_.zero >= 2)
+    for (Bucket& b : buckets_) b.remaining = static_cast<int>(b.groups.size());
 }
 
 void DataParallel::begin_forward() {
@@ -159,6 +165,7 @@ int DataParallel::free_grad_slot() {
 void DataParallel::begin_grads(int group) {
   if (opt_.zero < 2) return;  // resident gradients, zeroed at begin_step
   const int k = bucket_of_group_[group];
+  if (k < 0) return;
   Bucket& b = buckets_[k];
   if (b.grad_slot >= 0) return;
   const int slot = free_grad_slot();
@@ -172,7 +179,9 @@ void DataParallel::begin_grads(int group) {
 
 void DataParallel::end_grads(int group) {
   const int k = bucket_of_group_[group];
+  if (k < 0) return;
   Bucket& b = buckets_[k];
+  if (opt_.zero < 2 && !last_micro_batch_) return;
   if (--b.remaining > 0) return;
   // Stages 0/1 reduce once, after the last micro-batch (without overlap: all of it after
   // backward, in finish_gradients); stages 2/3 every micro-batch, since the full gradients exist
@@ -193,6 +202,18 @@ double DataParallel::grad_norm() {
   float local = static_cast<float>(kernels::sum_squares(shard_grads_, shard_size_));
   comm_.all_reduce(&local, 1, DType::f32, ReduceOp::sum)->wait();
   return std::sqrt(static_cast<double>(local));
+}
+
+std::vector<GradSpan> DataParallel::grad_spans(int index) const {
+  const ParamInfo& p = params_->info(index);
+  if (opt_.zero < 2) return {{params_->grads() + p.offset, 0, p.numel}};
+  std::vector<GradSpan> out;
+  for (const Bucket& b : buckets_) {
+    const int64_t lo = owned_begin(b), hi = lo + b.slice;
+    const int64_t a = std::max(lo, p.offset), e = std::min(hi, p.offset + p.numel);
+    if (a < e) out.push_back({shard_grads_ + b.local + (a - lo), a - p.offset, e - a});
+  }
+  return out;
 }
 
 std::vector<OptimSegment> DataParallel::optimizer_segments() const {
@@ -265,6 +286,7 @@ int DataParallel::param_slot_for(int k, bool prefetch) {
 void DataParallel::acquire_params(int group) {
   if (opt_.zero < 3) return;
   const int k = bucket_of_group_[group];
+  if (k < 0) return;
   const int slot = param_slot_for(k, /*prefetch=*/false);
   ParamSlot& s = param_slots_[slot];
   s.users++;
@@ -282,7 +304,7 @@ void DataParallel::acquire_params(int group) {
 }
 
 void DataParallel::release_params(int group) {
-  if (opt_.zero < 3) return;
+  if (opt_.zero < 3 || bucket_of_group_[group] < 0) return;
   const int slot = buckets_[bucket_of_group_[group]].param_slot;
   if (slot >= 0 && param_slots_[slot].users > 0) param_slots_[slot].users--;
 }

@@ -29,6 +29,13 @@
 
 namespace strata {
 
+// A run of one parameter's gradient that this rank holds after finish_gradients: `count`
+// elements at `grad`, starting at element `begin` of the parameter (local numbering).
+struct GradSpan {
+  float* grad = nullptr;
+  int64_t begin = 0, count = 0;
+};
+
 struct DataParallelOptions {
   int zero = 0;
   int64_t bucket_elements = int64_t{25} << 18;  // 25 MB of f32
@@ -55,6 +62,9 @@ class DataParallel : public GroupHooks {
   double grad_norm();       // global L2 norm over the dp group
   std::vector<OptimSegment> optimizer_segments() const;
   int64_t optimizer_state_size() const;
+  // The parts of parameter `index`'s gradient this rank holds: all of it below stage 2, the
+  // owned slices from stage 2 (identical on ranks with identical layouts, e.g. a tp group).
+  std::vector<GradSpan> grad_spans(int index) const;
   void after_optimizer_step();  // all-gather updated parameters (stages 1, 2)
 
   // Checkpoints hold global tensors: full-layout copies of sharded buffers and back.

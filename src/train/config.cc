@@ -3,6 +3,8 @@
 // all walk it, so a new field is one line there and cannot be forgotten by any of them.
 #include "train/config.h"
 
+#include "parallel/pipeline_schedule.h"
+
 #include <toml++/toml.h>
 
 #include <algorithm>
@@ -21,7 +23,7 @@ namespace strata {
 namespace {
 
 using FieldRef = std::variant<int64_t*, uint64_t*, float*, double*, bool*, std::string*,
-                              std::vector<std::string>*, ModelFamily*>;
+                              std::vector<std::string>*, std::vector<int64_t>*, ModelFamily*>;
 
 struct Field {
   const char* key;  // "section.name", as written in TOML and JSON
@@ -83,6 +85,11 @@ const Field kFields[] = {
     STRATA_FIELD(parallel, pp),
     STRATA_FIELD(parallel, dp),
     STRATA_FIELD(parallel, zero),
+    STRATA_FIELD(parallel, sp),
+    STRATA_FIELD(parallel, vpp),
+    STRATA_FIELD(parallel, schedule),
+    STRATA_FIELD(parallel, micro_batches),
+    STRATA_FIELD(parallel, stage_layers),
     STRATA_FIELD(parallel, bucket_mb),
     STRATA_FIELD(parallel, overlap),
     STRATA_FIELD(parallel, comm_timeout_s),
@@ -208,6 +215,7 @@ struct ExpectedName {
   std::string operator()(bool*) const { return "a boolean (true or false)"; }
   std::string operator()(std::string*) const { return "a string"; }
   std::string operator()(std::vector<std::string>*) const { return "an array of strings"; }
+  std::string operator()(std::vector<int64_t>*) const { return "an array of integers"; }
   std::string operator()(ModelFamily*) const { return "a string (\"gpt2\" or \"llama\")"; }
 };
 
@@ -274,6 +282,17 @@ struct TomlAssign {
         fail(where, ": ", key, ": expected an array of strings, found an element that is ",
              describe(item));
       items.push_back(item.as_string()->get());
+    }
+    *out = std::move(items);
+  }
+  void operator()(std::vector<int64_t>* out) const {
+    if (!node.is_array()) wrong_type(out);
+    std::vector<int64_t> items;
+    for (const toml::node& item : *node.as_array()) {
+      if (!item.is_integer())
+        fail(where, ": ", key, ": expected an array of integers, found an element that is ",
+             describe(item));
+      items.push_back(item.as_integer()->get());
     }
     *out = std::move(items);
   }
@@ -354,6 +373,7 @@ void apply_override(Reader& reader, const std::string& text) {
   const bool string_field =
       field != nullptr &&
       (std::holds_alternative<std::string*>(field->ref(reader.config)) ||
+       std::holds_alternative<std::vector<int64_t>*>(field->ref(reader.config)) ||
        std::holds_alternative<ModelFamily*>(field->ref(reader.config)) ||
        std::holds_alternative<std::vector<std::string>*>(field->ref(reader.config)));
 
@@ -459,6 +479,30 @@ void validate(RunConfig& c, const std::string& where) {
         p.dp);
   check(p.zero >= 0 && p.zero <= 3, where, "parallel.zero: ZeRO stage must be 0, 1, 2 or 3, got ",
         p.zero);
+  check(p.vpp >= 1, where, "parallel.vpp: must be at least 1, got ", p.vpp);
+  check(p.vpp == 1 || p.pp > 1, where, "parallel.vpp = ", p.vpp,
+        " needs parallel.pp > 1 (virtual stages interleave chunks across pipeline ranks)");
+  check(p.micro_batches >= 0, where,
+        "parallel.micro_batches: must be 0 (train.grad_accum) or more, got ", p.micro_batches);
+  check(p.micro_batches == 0 || c.train.grad_accum == 1 || p.micro_batches == c.train.grad_accum,
+        where, "parallel.micro_batches = ", p.micro_batches, " and train.grad_accum = ",
+        c.train.grad_accum,
+        " both set the micro-batches of a step; set one of them (they mean the same thing)");
+  check(!p.sp || p.tp > 1, where,
+        "parallel.sp = true needs parallel.tp > 1 (sequence parallelism shards what tensor "
+        "parallelism replicates)");
+  try {
+    validate_pipeline_config(parse_schedule_kind(p.schedule), static_cast<int>(p.pp),
+                             static_cast<int>(p.micro_batches > 0 ? p.micro_batches
+                                                                  : c.train.grad_accum),
+                             static_cast<int>(p.vpp));
+  } catch (const Error& e) {
+    fail(where, ": ", e.what());
+  }
+  check(p.pp == 1 || p.zero <= 1, where, "parallel.zero = ", p.zero, " with parallel.pp = ", p.pp,
+        ": ZeRO-2/3 shard gradients and parameters per micro-batch, which pipeline parallelism "
+        "keeps across micro-batches in flight (DeepSpeed has the same rule); use parallel.zero = "
+        "0 or 1 with pipelines");
   check(p.bucket_mb > 0, where, "parallel.bucket_mb: must be positive, got ", p.bucket_mb);
   check(p.comm_timeout_s > 0, where, "parallel.comm_timeout_s: must be positive, got ",
         p.comm_timeout_s);
@@ -489,6 +533,7 @@ struct ToJson {
   nlohmann::json operator()(const bool* v) const { return *v; }
   nlohmann::json operator()(const std::string* v) const { return *v; }
   nlohmann::json operator()(const std::vector<std::string>* v) const { return *v; }
+  nlohmann::json operator()(const std::vector<int64_t>* v) const { return *v; }
   nlohmann::json operator()(const ModelFamily* v) const { return family_name(*v); }
 };
 
@@ -530,6 +575,14 @@ struct FromJson {
     for (const auto& item : j) {
       if (!item.is_string()) wrong_type(out);
       out->push_back(item.get<std::string>());
+    }
+  }
+  void operator()(std::vector<int64_t>* out) const {
+    if (!j.is_array()) wrong_type(out);
+    out->clear();
+    for (const auto& item : j) {
+      if (!item.is_number_integer()) wrong_type(out);
+      out->push_back(item.get<int64_t>());
     }
   }
   void operator()(ModelFamily* out) const {

@@ -44,6 +44,11 @@ struct ParallelConfig {
   int64_t pp = 1;    // pipeline-parallel size
   int64_t dp = 0;    // data-parallel size; 0 derives it from the world size
   int64_t zero = 0;  // ZeRO stage: 0 (DDP), 1 (optimizer state), 2 (+ gradients), 3 (+ parameters)
+  bool sp = false;   // sequence parallelism (with tp > 1)
+  int64_t vpp = 1;   // virtual pipeline stages (model chunks) per pp rank
+  std::string schedule = "1f1b";  // "gpipe", "1f1b" or "interleaved"
+  int64_t micro_batches = 0;      // micro-batches per step; 0: train.grad_accum
+  std::vector<int64_t> stage_layers;  // layers per virtual stage (pp * vpp entries); empty: balanced
   double bucket_mb = 25;        // gradient bucket size for the overlapped reduction
   bool overlap = true;          // start each bucket's reduction as soon as backward fills it
   double comm_timeout_s = 300;  // every wait on a collective ends after this, naming the op

@@ -59,9 +59,6 @@ Trainer::Trainer(RunConfig config, ProcessGroups* groups)
   if (groups_) {
     rank_ = groups_->world().rank();
     world_ = groups_->world().size();
-    STRATA_CHECK(groups_->layout().tp == 1 && groups_->layout().pp == 1,
-                 "parallel.tp and parallel.pp > 1 are not supported yet; use data parallelism "
-                 "(parallel.tp = 1, parallel.pp = 1)");
     groups_->set_timeout(config_.parallel.comm_timeout_s);
   }
   if (config_.system.threads > 0) omp_set_num_threads(static_cast<int>(config_.system.threads));
@@ -83,39 +80,68 @@ Trainer::Trainer(RunConfig config, ProcessGroups* groups)
                           config_to_json(config_).dump(2));
 
   prepare_data();
-  const TrainConfig& t = config_.train;
-  if (groups_) {
-    DataParallelOptions opt;
-    opt.zero = static_cast<int>(config_.parallel.zero);
-    opt.bucket_elements =
-        std::max<int64_t>(1, static_cast<int64_t>(config_.parallel.bucket_mb * (1 << 20) / 4));
-    opt.overlap = config_.parallel.overlap;
-    dp_ = std::make_unique<DataParallel>(groups_->dp(), opt);
-    model_ = std::make_unique<Decoder>(config_.model, arena_, t.batch_size, t.seq_len, 1,
-                                       [this](ParamStore& p) { dp_->plan(p); });
-    dp_->setup(model_->params(), arena_);
-    model_->set_hooks(dp_.get());
-    dp_->init_params(model_->config(), t.seed);
-    optimizer_ = std::make_unique<AdamW>(dp_->optimizer_segments(), dp_->optimizer_state_size(),
-                                         arena_, config_.optim);
-  } else {
-    model_ = std::make_unique<Decoder>(config_.model, arena_, t.batch_size, t.seq_len);
-    model_->init(t.seed);
-    optimizer_ = std::make_unique<AdamW>(model_->params(), arena_, config_.optim);
-  }
-  inputs_ = arena_.alloc<int32_t>(MemCategory::workspace, t.batch_size * t.seq_len, "input batch");
-  targets_ =
-      arena_.alloc<int32_t>(MemCategory::workspace, t.batch_size * t.seq_len, "target batch");
+  build_model();
   resume();
   peak_flops_ = measure_gemm_flops();
   if (is_rank0())
     metrics_ = std::make_unique<JsonlWriter>((fs::path(config_.run.dir) / "metrics.jsonl").string(),
                                              /*append=*/true);
-  console_ = std::make_unique<ConsoleProgress>(t.log_every);
+  console_ = std::make_unique<ConsoleProgress>(config_.train.log_every);
   log::info("model: ", family_name(config_.model.family), " ", config_.model.n_layer,
             " layers, d_model ", config_.model.d_model, ", ", model_->params().size(),
             " parameters; ", omp_get_max_threads(), " threads; GEMM ", kernels::gemm_backend(),
             " at ", static_cast<int64_t>(peak_flops_ / 1e9), " GFLOP/s");
+}
+
+void Trainer::build_model() {
+  const TrainConfig& t = config_.train;
+  const ParallelConfig& p = config_.parallel;
+  micro_batches_ = p.micro_batches > 0 ? p.micro_batches : t.grad_accum;
+  const int64_t tokens = t.batch_size * t.seq_len;
+  if (!groups_) {
+    model_ = std::make_unique<Decoder>(config_.model, arena_, t.batch_size, t.seq_len);
+    model_->init(t.seed);
+    optimizer_ = std::make_unique<AdamW>(model_->params(), arena_, config_.optim);
+  } else {
+    const Layout& layout = groups_->layout();
+    DataParallelOptions opt;
+    opt.zero = static_cast<int>(p.zero);
+    opt.bucket_elements = std::max<int64_t>(1, static_cast<int64_t>(p.bucket_mb * (1 << 20) / 4));
+    opt.overlap = p.overlap;
+    dp_ = std::make_unique<DataParallel>(groups_->dp(), opt);
+    DecoderOptions o;
+    o.plan = [this](ParamStore& params) { dp_->plan(params); };
+    const ShardSpec spec{layout.tp, layout.pp, static_cast<int>(p.vpp), p.sp, tokens,
+                         p.stage_layers};
+    std::vector<PipelineAction> actions;
+    if (layout.tp > 1 || layout.pp > 1) {
+      ModelConfig mc = config_.model;
+      mc.finalize();
+      o.shard = spec.for_rank(mc, groups_->coord().tp, groups_->coord().pp);
+      o.tp = layout.tp > 1 ? &groups_->tp() : nullptr;
+      if (layout.pp > 1) {
+        actions = make_schedule(parse_schedule_kind(p.schedule), layout.pp,
+                                static_cast<int>(micro_batches_), static_cast<int>(p.vpp),
+                                groups_->coord().pp);
+        o.chunk_slots = pipeline_slots_needed(actions, static_cast<int>(p.vpp));
+      }
+    }
+    model_ = std::make_unique<Decoder>(config_.model, arena_, t.batch_size, t.seq_len, o);
+    dp_->setup(model_->params(), arena_);
+    model_->set_hooks(dp_.get());
+    dp_->init_params(model_->config(), t.seed);
+    optimizer_ = std::make_unique<AdamW>(dp_->optimizer_segments(), dp_->optimizer_state_size(),
+                                         arena_, config_.optim);
+    if (layout.tp > 1 || layout.pp > 1)
+      mp_ = std::make_unique<ModelParallel>(*groups_, config_.model, spec, *model_, *dp_, arena_);
+    if (layout.pp > 1)
+      pipe_ = std::make_unique<PipelineExecutor>(*model_, groups_->pp(), std::move(actions),
+                                                 static_cast<int>(micro_batches_), arena_);
+  }
+  // A pipeline holds every micro-batch of the step at once; otherwise one at a time.
+  const int64_t held = pipe_ ? micro_batches_ : 1;
+  inputs_ = arena_.alloc<int32_t>(MemCategory::workspace, held * tokens, "input batch");
+  targets_ = arena_.alloc<int32_t>(MemCategory::workspace, held * tokens, "target batch");
 }
 
 Trainer::~Trainer() {
@@ -202,20 +228,36 @@ void Trainer::resume() {
   }
   const CheckpointState state = read_checkpoint_state(dir);
   ParamStore& params = model_->params();
-  if (!dp_ || dp_->zero_stage() == 0) {
+  if (!mp_ && (!dp_ || dp_->zero_stage() == 0)) {
     load_checkpoint_tensors(dir, params, params.data(), optimizer_->first_moment(),
                             optimizer_->second_moment());
   } else {
-    // Every rank reads the global tensors and keeps its own slices.
-    std::vector<float> full_params(static_cast<size_t>(params.size())), full_m(full_params.size()),
-        full_v(full_params.size());
-    load_checkpoint_tensors(dir, params, full_params.data(), full_m.data(), full_v.data());
+    // Every rank reads the global tensors and keeps its own blocks (tp, pp) and slices (ZeRO).
+    const ParamStore whole = mp_ ? mp_->whole_layout() : params;
+    std::vector<float> gp(static_cast<size_t>(whole.size())), gm(gp.size()), gv(gp.size());
+    load_checkpoint_tensors(dir, whole, gp.data(), gm.data(), gv.data());
+    const size_t local = mp_ ? static_cast<size_t>(params.size()) : 0;
+    std::vector<float> lp(local), lm(local), lv(local);
+    if (mp_) {
+      mp_->scatter(gp.data(), lp.data());
+      mp_->scatter(gm.data(), lm.data());
+      mp_->scatter(gv.data(), lv.data());
+    } else {
+      lp.swap(gp);
+      lm.swap(gm);
+      lv.swap(gv);
+    }
     if (dp_->params_sharded())
-      dp_->scatter_from_full(full_params.data(), dp_->shard_params());
+      dp_->scatter_from_full(lp.data(), dp_->shard_params());
     else
-      std::copy(full_params.begin(), full_params.end(), params.data());
-    dp_->scatter_from_full(full_m.data(), optimizer_->first_moment());
-    dp_->scatter_from_full(full_v.data(), optimizer_->second_moment());
+      std::copy(lp.begin(), lp.end(), params.data());
+    if (dp_->optimizer_sharded()) {
+      dp_->scatter_from_full(lm.data(), optimizer_->first_moment());
+      dp_->scatter_from_full(lv.data(), optimizer_->second_moment());
+    } else {
+      std::copy(lm.begin(), lm.end(), optimizer_->first_moment());
+      std::copy(lv.begin(), lv.end(), optimizer_->second_moment());
+    }
   }
   step_ = state.step;
   optimizer_->set_steps_taken(state.step);
@@ -232,24 +274,51 @@ StepResult Trainer::train_step() {
     dp_->begin_step();
   else
     params.zero_grads();
-  const float grad_scale = 1.0f / static_cast<float>(t.batch_size * t.seq_len * t.grad_accum);
+  const int64_t m = micro_batches_, tokens = t.batch_size * t.seq_len;
+  const float grad_scale = 1.0f / static_cast<float>(tokens * m);
   double loss = 0;
   StepResult r;
-  for (int64_t micro = 0; micro < t.grad_accum; ++micro) {
+  if (pipe_) {
     auto tick = Clock::now();
-    train_data_->next(inputs_, targets_);
+    for (int64_t mb = 0; mb < m; ++mb)
+      train_data_->next(inputs_ + mb * tokens, targets_ + mb * tokens);
     r.data_s += seconds_since(tick);
-    tick = Clock::now();
-    if (dp_) dp_->begin_micro_batch(micro == t.grad_accum - 1);
-    loss += model_->forward_backward(inputs_, targets_, grad_scale);
-    r.compute_s += seconds_since(tick);
+    const PipelineStepStats st =
+        pipe_->run(inputs_, targets_, grad_scale, [this, m](int mb, int /*chunk*/) {
+          dp_->begin_micro_batch(mb == m - 1);
+        });
+    r.compute_s = st.compute_s;
+    r.bubble_s = st.wall_s - st.compute_s;
+    // The last stage computed the losses; the bubble is averaged over the stages.
+    float shared[2] = {static_cast<float>(st.loss_sum / static_cast<double>(m)),
+                       static_cast<float>(st.bubble_fraction())};
+    Comm& pp = groups_->pp();
+    pp.broadcast(shared, 1, DType::f32, pp.size() - 1)->wait();
+    pp.all_reduce(shared + 1, 1, DType::f32, ReduceOp::avg)->wait();
+    loss = shared[0];
+    r.bubble_fraction = shared[1];
+    const ParallelConfig& p = config_.parallel;
+    r.bubble_formula = bubble_formula(parse_schedule_kind(p.schedule), pp.size(),
+                                      static_cast<int>(m), static_cast<int>(p.vpp));
+  } else {
+    for (int64_t micro = 0; micro < m; ++micro) {
+      auto tick = Clock::now();
+      train_data_->next(inputs_, targets_);
+      r.data_s += seconds_since(tick);
+      tick = Clock::now();
+      if (dp_) dp_->begin_micro_batch(micro == m - 1);
+      loss += model_->forward_backward(inputs_, targets_, grad_scale);
+      r.compute_s += seconds_since(tick);
+    }
+    loss /= static_cast<double>(m);
   }
   auto tick = Clock::now();
   if (dp_) dp_->finish_gradients();
-  loss = mean_over_dp(loss / static_cast<double>(t.grad_accum));
+  if (mp_) mp_->finish_gradients();
+  loss = mean_over_dp(loss);
   r.comm_exposed_s = seconds_since(tick);
   tick = Clock::now();
-  r.grad_norm = dp_ ? dp_->grad_norm() : global_grad_norm(params);
+  r.grad_norm = mp_ ? mp_->grad_norm() : dp_ ? dp_->grad_norm() : global_grad_norm(params);
   r.lr = learning_rate(config_.optim, step_, t.steps);
   if (std::isfinite(r.grad_norm) && std::isfinite(loss)) {
     optimizer_->step(static_cast<float>(r.lr),
@@ -274,9 +343,30 @@ double Trainer::evaluate() {
   double total = 0;
   for (int64_t i = 0; i < t.eval_batches; ++i) {
     val_data_->next(inputs_, targets_);
-    total += model_->forward(inputs_, targets_, t.batch_size, t.seq_len);
+    total += pipe_ ? pipe_->evaluate(inputs_, targets_)
+                   : model_->forward(inputs_, targets_, t.batch_size, t.seq_len);
   }
   return mean_over_dp(total / static_cast<double>(std::max<int64_t>(1, t.eval_batches)));
+}
+
+std::vector<float> Trainer::local_full(const float* local_or_shard, bool sharded) {
+  const ParamStore& params = model_->params();
+  if (!sharded) return std::vector<float>(local_or_shard, local_or_shard + params.size());
+  std::vector<float> full(static_cast<size_t>(params.size()));
+  dp_->gather_to_full(local_or_shard, full.data());
+  return full;
+}
+
+std::vector<float> Trainer::to_global(const std::vector<float>& local_full) {
+  if (!mp_) return local_full;
+  std::vector<float> whole(is_rank0() ? static_cast<size_t>(mp_->whole_layout().size()) : 0);
+  mp_->gather(local_full.data(), whole.data());
+  return whole;
+}
+
+std::vector<float> Trainer::global_params() {
+  const bool sharded = dp_ && dp_->params_sharded();
+  return to_global(local_full(sharded ? dp_->shard_params() : model_->params().data(), sharded));
 }
 
 std::string Trainer::save() {
@@ -294,29 +384,15 @@ std::string Trainer::save() {
       {"generator", "philox4x32-10"}, {"seed", config_.train.seed}, {"draws_per_step", 0}};
   state.extra["optimizer"] = {{"type", "adamw"}, {"steps_taken", optimizer_->steps_taken()}};
   const auto t0 = Clock::now();
-  ParamStore& params = model_->params();
-  // Checkpoints hold global tensors: sharded buffers are gathered (all ranks take part).
-  std::vector<float> full_params, full_m, full_v;
-  const float* param_data = params.data();
-  const float* m = optimizer_->first_moment();
-  const float* v = optimizer_->second_moment();
-  if (dp_ && dp_->params_sharded()) {
-    full_params.resize(static_cast<size_t>(params.size()));
-    dp_->gather_to_full(dp_->shard_params(), full_params.data());
-    param_data = full_params.data();
-  }
-  if (dp_ && dp_->optimizer_sharded()) {
-    full_m.resize(static_cast<size_t>(params.size()));
-    full_v.resize(static_cast<size_t>(params.size()));
-    dp_->gather_to_full(optimizer_->first_moment(), full_m.data());
-    dp_->gather_to_full(optimizer_->second_moment(), full_v.data());
-    m = full_m.data();
-    v = full_v.data();
-  }
+  // Checkpoints hold global tensors: shards are gathered (every rank takes part).
+  const std::vector<float> params = global_params();
+  const std::vector<float> m = to_global(local_full(optimizer_->first_moment(), dp_ && dp_->optimizer_sharded()));
+  const std::vector<float> v = to_global(local_full(optimizer_->second_moment(), dp_ && dp_->optimizer_sharded()));
   std::string dir;
   if (is_rank0()) {
-    dir = save_checkpoint((fs::path(config_.run.dir) / "ckpt").string(), params, param_data, m, v,
-                          state, tokenizer_path_, config_.train.keep_last);
+    const ParamStore& layout = mp_ ? mp_->whole_layout() : model_->params();
+    dir = save_checkpoint((fs::path(config_.run.dir) / "ckpt").string(), layout, params.data(),
+                          m.data(), v.data(), state, tokenizer_path_, config_.train.keep_last);
     log::info("saved checkpoint ", dir, " in ", seconds_since(t0), " s");
   }
   if (groups_) groups_->world().barrier();
@@ -336,8 +412,15 @@ void Trainer::write_metrics(const StepResult& r, double tokens_per_s, double mfu
                {"compute_s", r.compute_s},
                {"comm_exposed_s", r.comm_exposed_s},
                {"optimizer_s", r.optimizer_s},
+               {"bubble_s", r.bubble_s},
                {"other_s", std::max(0.0, r.seconds - r.data_s - r.compute_s - r.comm_exposed_s -
-                                             r.optimizer_s)}};
+                                             r.optimizer_s - r.bubble_s)}};
+  if (pipe_)
+    j["pipeline"] = {{"bubble_fraction", r.bubble_fraction},
+                     {"bubble_formula", r.bubble_formula},
+                     {"schedule", config_.parallel.schedule},
+                     {"micro_batches", micro_batches_},
+                     {"vpp", config_.parallel.vpp}};
   nlohmann::json mem;
   const MemStats stats = arena_.stats();
   for (int c = 0; c < kNumMemCategories; ++c)
@@ -358,7 +441,7 @@ double Trainer::run() {
   // Tokens of the global batch (every dp rank's micro-batches); MFU against every rank's peak.
   const int64_t dp_size = groups_ ? groups_->dp().size() : 1;
   const double tokens_per_step =
-      static_cast<double>(t.batch_size * t.seq_len * t.grad_accum * dp_size);
+      static_cast<double>(t.batch_size * t.seq_len * micro_batches_ * dp_size);
   const double flops_per_token = model_->train_flops_per_token();
   double smoothed = 0;
   double val_loss = std::numeric_limits<double>::quiet_NaN();
@@ -405,21 +488,15 @@ double Trainer::run() {
 void Trainer::sample_at_end() {
   const SampleConfig& s = config_.sample;
   if (s.max_new_tokens <= 0 || tokenizer_path_.empty() || !fs::exists(tokenizer_path_)) return;
-  const ParamStore& params = model_->params();
-  std::vector<float> gathered;
-  const float* data = params.data();
-  if (dp_ && dp_->params_sharded()) {  // collective: every rank takes part
-    gathered.resize(static_cast<size_t>(params.size()));
-    dp_->gather_to_full(dp_->shard_params(), gathered.data());
-    data = gathered.data();
-  }
+  const std::vector<float> data = global_params();  // collective: every rank takes part
   if (!is_rank0()) return;
+  const ParamStore& params = mp_ ? mp_->whole_layout() : model_->params();
   const data::Tokenizer tok = data::Tokenizer::load(tokenizer_path_);
   Arena arena;
   Decoder sampler(config_.model, arena, 1, config_.model.max_seq_len);
   for (int i = 0; i < params.count(); ++i) {  // by name: the layouts may differ by padding
     const ParamInfo& p = params.info(i);
-    std::copy(data + p.offset, data + p.offset + p.numel,
+    std::copy(data.data() + p.offset, data.data() + p.offset + p.numel,
               sampler.params().param(sampler.params().index_of(p.name)));
   }
   std::vector<int32_t> prompt = tok.encode(s.prompt);

@@ -12,6 +12,8 @@
 #include "model/decoder.h"
 #include "optim/adamw.h"
 #include "parallel/data_parallel.h"
+#include "parallel/model_parallel.h"
+#include "parallel/pipeline_executor.h"
 #include "track/console.h"
 #include "track/metrics.h"
 #include "train/config.h"
@@ -26,6 +28,10 @@ struct StepResult {
   // it is hidden there), waiting for gradient reductions after backward (exposed communication),
   // and the optimizer (norm, clip, AdamW, ZeRO parameter all-gather).
   double data_s = 0, compute_s = 0, comm_exposed_s = 0, optimizer_s = 0;
+  // Pipeline parallelism: time this rank spent waiting on transfers inside the schedule (bubble
+  // plus exposed point-to-point time), and the idle fraction of the schedule averaged over the
+  // pp ranks, next to the formula's value for this schedule.
+  double bubble_s = 0, bubble_fraction = 0, bubble_formula = 0;
 };
 
 class Trainer {
@@ -44,6 +50,10 @@ class Trainer {
   std::string save();
   Decoder& model() { return *model_; }
   DataParallel* data_parallel() { return dp_.get(); }
+  ModelParallel* model_parallel() { return mp_.get(); }
+  // Every parameter as a global tensor, in the single-process layout (collective; the result is
+  // complete on world rank 0 only).
+  std::vector<float> global_params();
   Arena& arena() { return arena_; }
   int64_t step() const { return step_; }
   const RunConfig& config() const { return config_; }
@@ -57,6 +67,11 @@ class Trainer {
   void sample_at_end();
   bool is_rank0() const { return rank_ == 0; }
   double mean_over_dp(double value);
+  // Full local-layout copies of sharded buffers (collective over dp when sharded).
+  std::vector<float> local_full(const float* local_or_shard, bool sharded);
+  // Global tensors of a full local-layout buffer: on world rank 0 (collective under tp/pp).
+  std::vector<float> to_global(const std::vector<float>& local_full);
+  void build_model();
   void heartbeat(const char* phase);
 
   RunConfig config_;
@@ -66,6 +81,9 @@ class Trainer {
   std::string data_dir_, tokenizer_path_;
   std::unique_ptr<Decoder> model_;
   std::unique_ptr<DataParallel> dp_;
+  std::unique_ptr<ModelParallel> mp_;       // tp > 1 or pp > 1
+  std::unique_ptr<PipelineExecutor> pipe_;  // pp > 1
+  int64_t micro_batches_ = 1;               // per optimizer step and dp rank
   std::unique_ptr<AdamW> optimizer_;
   std::unique_ptr<TokenSource> train_data_, val_data_;
   int32_t* inputs_ = nullptr;
