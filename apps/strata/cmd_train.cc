@@ -6,6 +6,7 @@
 #include "comm/layout.h"
 #include "comm/mpi_runtime.h"
 #include "comm/process_groups.h"
+#include "model/shard.h"
 #include "commands.h"
 #include "train/config.h"
 #include "train/trainer.h"
@@ -44,6 +45,12 @@ Command add_train_command(CLI::App& parent) {
               layout = resolve_layout(static_cast<int>(p.tp), static_cast<int>(p.pp),
                                       static_cast<int>(p.dp), static_cast<int>(p.zero),
                                       mpi_world_size());
+              // The model must split over tp (heads, kv heads, MLP, vocabulary), sp and the
+              // pipeline stages: checked here, once, for rank 0 to report.
+              ModelConfig model = config.model;
+              model.finalize();
+              make_shard(model, layout.tp, 0, p.sp, layout.pp, 0, static_cast<int>(p.vpp),
+                         config.train.batch_size * config.train.seq_len, p.stage_layers);
             } catch (const std::exception& e) {
               // Every rank finds the same problem: one of them says it.
               if (mpi_world_rank() == 0) std::fprintf(stderr, "\nerror: %s\n", e.what());

@@ -198,6 +198,134 @@ std::vector<Case> all_cases() {
   return out;
 }
 
+// A checkpoint holds global tensors: saved by one layout (tp = 2 with pipeline stages), it resumes
+// on another (the same ranks as pipeline stages only) and in one process, and both continue with
+// the losses and parameters of the run that was never interrupted.
+TEST(ModelParallelCheckpoint, ResumesOnAnotherLayout) {
+  const int world = world_size();
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  Case a{"gpt2", 2, world >= 4 ? 2 : 1, 1};
+  a.dp = world / (a.tp * a.pp);
+  a.zero = a.dp > 1 ? 1 : 0;
+  Case c = a;
+  c.tp = 1;
+  c.pp = a.tp * a.pp;
+  c.sp = false;
+  const std::string base =
+      (fs::temp_directory_path() / cat("strata_test_mp_ckpt_np", world, "_")).string();
+  {
+    ProcessGroups g = ProcessGroups::create(resolve_layout(a.tp, a.pp, a.dp, a.zero, world));
+    Trainer t(config_for(a, kBatch, a.micro_batches, cat(base, "a_", rank)), &g);
+    for (int i = 0; i < kSteps / 2; ++i) t.train_step();
+    t.save();
+  }
+  const std::string ckpt = cat(base, "a_0/ckpt");
+  auto resumed = [&](const RunConfig& config, ProcessGroups* g) {
+    RunConfig cfg = config;
+    cfg.run.resume = ckpt;
+    Trainer t(cfg, g);
+    EXPECT_EQ(t.step(), kSteps / 2);
+    RunResult r;
+    while (t.step() < kSteps) r.losses.push_back(t.train_step().loss);
+    r.params = t.global_params();
+    return r;
+  };
+  ProcessGroups g = ProcessGroups::create(resolve_layout(c.tp, c.pp, c.dp, c.zero, world));
+  const RunResult other = resumed(config_for(c, kBatch, c.micro_batches, cat(base, "c_", rank)), &g);
+  int ok = 1;
+  if (rank == 0) {
+    const RunResult& want = reference(a);
+    Case one = a;
+    one.tp = one.pp = one.dp = 1;
+    one.zero = 0;
+    const RunResult single =
+        resumed(config_for(one, kBatch * a.dp, a.micro_batches, base + "one"), nullptr);
+    for (const RunResult* got : {&other, &single}) {
+      ASSERT_EQ(got->losses.size(), static_cast<size_t>(kSteps / 2));
+      for (int i = 0; i < kSteps / 2; ++i) {
+        EXPECT_LE(rel(got->losses[i], want.losses[kSteps / 2 + i]), 1e-5) << "step " << i + 6;
+        if (!(rel(got->losses[i], want.losses[kSteps / 2 + i]) <= 1e-5)) ok = 0;
+      }
+      double num = 0, den = 0;
+      for (size_t i = 0; i < want.params.size(); ++i) {
+        const double d = static_cast<double>(got->params[i]) - want.params[i];
+        num += d * d;
+        den += static_cast<double>(want.params[i]) * want.params[i];
+      }
+      EXPECT_LE(std::sqrt(num / den), 1e-5) << "final parameters";
+      if (!(std::sqrt(num / den) <= 1e-5)) ok = 0;
+    }
+  }
+  MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  EXPECT_EQ(ok, 1);
+}
+
+// Each rank holds 1/tp of every split parameter and only its pipeline stage's layers: its
+// parameter bytes (arena accounting) are the global bytes of its layers divided by tp, plus the
+// small replicated tensors (norms, row-parallel biases, positions).
+TEST(ModelParallelMemory, ParameterBytesFollowTheSplit) {
+  const int world = world_size();
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  for (const char* family : {"gpt2", "llama"}) {
+    Case k{family, 2, world / 2, 1};
+    ProcessGroups g = ProcessGroups::create(resolve_layout(k.tp, k.pp, k.dp, 0, world));
+    Trainer t(config_for(k, kBatch, k.micro_batches,
+                         cat(fs::temp_directory_path().string(), "/strata_test_mp_bytes_", rank)),
+              &g);
+    const ParamStore& local = t.model().params();
+    const ParamStore whole = whole_model_layout(t.model().config());
+    const ModelShard& sh = t.model().shard();
+    int64_t expected = 0, split_local = 0, split_global = 0;
+    for (const ParamInfo& p : local.all()) {
+      const ParamInfo& global = whole.info(whole.index_of(p.name));
+      // Split tensors hold exactly 1/tp, or a kv head shared by tp / n_kv_head ranks.
+      const int64_t share = p.slice.dim >= 0 ? sh.tp / p.slice.holders : 1;
+      EXPECT_EQ(p.numel * share, global.numel) << p.name;
+      expected += p.numel;
+      if (p.slice.dim >= 0 && p.slice.holders == 1) {
+        split_local += p.numel;
+        split_global += global.numel;
+      }
+    }
+    EXPECT_EQ(split_local * sh.tp, split_global);
+    EXPECT_EQ(t.arena().current(MemCategory::params), 4 * expected);
+    // Layers: this stage's share, and every layer on exactly one stage.
+    int64_t mine = 0;
+    for (const LayerRange& r : sh.chunks) mine += r.size();
+    int64_t total = mine;
+    MPI_Allreduce(MPI_IN_PLACE, &total, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+    EXPECT_EQ(total, t.model().config().n_layer * sh.tp);
+  }
+}
+
+// Sequence parallelism keeps only this rank's rows of the residual stream, the norms and their
+// statistics: the activation bytes the arena reports fall by exactly (1 - 1/tp) of those tensors.
+TEST(ModelParallelMemory, SequenceParallelShardsTheReplicatedActivations) {
+  const int world = world_size();
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  for (const char* family : {"gpt2", "llama"}) {
+    int64_t bytes[2] = {0, 0};
+    ModelConfig model;
+    for (bool sp : {false, true}) {
+      Case k{family, 2, 1, world / 2, 1, 0, sp};
+      ProcessGroups g = ProcessGroups::create(resolve_layout(k.tp, k.pp, k.dp, 0, world));
+      Trainer t(config_for(k, kBatch, 1,
+                           cat(fs::temp_directory_path().string(), "/strata_test_mp_sp_", rank)),
+                &g);
+      bytes[sp] = t.arena().current(MemCategory::activations);
+      model = t.model().config();
+    }
+    const int64_t n = kBatch * kSeq, c = model.d_model, stats = family == std::string("gpt2") ? 2 : 1;
+    // Per layer: attention norm, residual after attention, mlp norm, block output, and two norms'
+    // statistics; plus the embedding output, the final norm and its statistics.
+    const int64_t elements = model.n_layer * (4 * n * c + 2 * stats * n) + n * c + n * c + stats * n;
+    EXPECT_EQ(bytes[0] - bytes[1], 4 * elements / 2) << family;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Layouts, LayoutEquivalence, ::testing::ValuesIn(all_cases()),
                          [](const auto& param_info) { return param_info.param.name(); });
 
