@@ -269,7 +269,10 @@ StepResult Trainer::train_step() {
   const TrainConfig& t = config_.train;
   const auto t0 = Clock::now();
   ParamStore& params = model_->params();
-  if (groups_) groups_->set_step(step_ + 1);
+  if (groups_) {
+    groups_->set_step(step_ + 1);
+    groups_->reset_stats();  // metrics report each step's communication
+  }
   if (dp_)
     dp_->begin_step();
   else
@@ -311,6 +314,10 @@ StepResult Trainer::train_step() {
       r.compute_s += seconds_since(tick);
     }
     loss /= static_cast<double>(m);
+  }
+  if (groups_ && groups_->tp().size() > 1) {
+    r.tp_comm_s = groups_->tp().stats().total_wait_seconds();
+    r.compute_s = std::max(0.0, r.compute_s - r.tp_comm_s);
   }
   auto tick = Clock::now();
   if (dp_) dp_->finish_gradients();
@@ -412,9 +419,10 @@ void Trainer::write_metrics(const StepResult& r, double tokens_per_s, double mfu
                {"compute_s", r.compute_s},
                {"comm_exposed_s", r.comm_exposed_s},
                {"optimizer_s", r.optimizer_s},
+               {"tp_comm_s", r.tp_comm_s},
                {"bubble_s", r.bubble_s},
                {"other_s", std::max(0.0, r.seconds - r.data_s - r.compute_s - r.comm_exposed_s -
-                                             r.optimizer_s - r.bubble_s)}};
+                                             r.optimizer_s - r.bubble_s - r.tp_comm_s)}};
   if (pipe_)
     j["pipeline"] = {{"bubble_fraction", r.bubble_fraction},
                      {"bubble_formula", r.bubble_formula},
@@ -432,6 +440,13 @@ void Trainer::write_metrics(const StepResult& r, double tokens_per_s, double mfu
     const CommStats cs = groups_->stats();
     j["comm_bytes"] = cs.total_bytes();
     j["comm_wait_s"] = cs.total_wait_seconds();
+    nlohmann::json per_group;
+    for (Comm* c : {&groups_->tp(), &groups_->dp(), &groups_->pp()}) {
+      if (c->size() == 1) continue;
+      const CommStats st = c->stats();
+      per_group[c->name()] = {{"bytes", st.total_bytes()}, {"wait_s", st.total_wait_seconds()}};
+    }
+    if (!per_group.empty()) j["comm"] = per_group;
   }
   if (metrics_) metrics_->write(j);
 }

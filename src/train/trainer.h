@@ -32,6 +32,9 @@ struct StepResult {
   // plus exposed point-to-point time), and the idle fraction of the schedule averaged over the
   // pp ranks, next to the formula's value for this schedule.
   double bubble_s = 0, bubble_fraction = 0, bubble_formula = 0;
+  // Tensor-parallel collectives sit inside forward and backward and are waited for at once:
+  // their wait is taken out of compute_s and reported here (exposed communication).
+  double tp_comm_s = 0;
 };
 
 class Trainer {
