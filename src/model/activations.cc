@@ -11,36 +11,60 @@ float* act(Arena& arena, int64_t count, const char* what) {
 }
 }  // namespace
 
-ActivationStore::ActivationStore(const ModelConfig& cfg, const ModelShard& shard, LayerRange range,
-                                 bool embedding, bool head, Arena& arena, int64_t batch,
-                                 int64_t seq_len)
-    : b(batch), t(seq_len) {
+Recompute recompute_from_name(const std::string& name) {
+  if (name == "none") return Recompute::none;
+  if (name == "selective") return Recompute::selective;
+  if (name == "full") return Recompute::full;
+  fail("train.recompute: unknown mode '", name, "' (expected \"none\", \"selective\" or \"full\")");
+}
+
+const char* recompute_name(Recompute r) {
+  return r == Recompute::none ? "none" : r == Recompute::selective ? "selective" : "full";
+}
+
+LayerActivations allocate_layer(const ModelConfig& cfg, const ModelShard& shard, Recompute mode,
+                                Arena& arena, MemCategory category, int64_t batch,
+                                int64_t seq_len) {
   const int64_t n = batch * seq_len, ns = shard.local_rows(n), c = cfg.d_model;
   const int64_t nh = shard.heads(cfg), f = shard.ffn(cfg);
   const bool layernorm = cfg.family == ModelFamily::gpt2;
   const int64_t pre_width = cfg.family == ModelFamily::gpt2 ? f : 2 * f;
+  auto buf = [&](int64_t count, const char* what) {
+    return arena.alloc<float>(category, count, what);
+  };
+  LayerActivations l;
+  l.resid_out = buf(ns * c, "block output");
+  if (mode == Recompute::full) return l;
+  l.attn_norm = buf(ns * c, "attention norm");
+  if (layernorm) l.attn_mean = buf(ns, "attention norm mean");
+  l.attn_rstd = buf(ns, "attention norm rstd");
+  l.qkv = buf(n * shard.qkv_width(cfg), "qkv");
+  if (cfg.flash_attention())
+    l.lse = buf(batch * nh * seq_len, "attention log-sum-exp");
+  else if (mode == Recompute::none)
+    l.probs = buf(batch * nh * seq_len * seq_len, "attention probabilities");
+  l.attn_out = buf(n * nh * cfg.head_dim(), "attention output");
+  l.resid_mid = buf(ns * c, "residual after attention");
+  l.mlp_norm = buf(ns * c, "mlp norm");
+  if (layernorm) l.mlp_mean = buf(ns, "mlp norm mean");
+  l.mlp_rstd = buf(ns, "mlp norm rstd");
+  l.mlp_pre = buf(n * pre_width, "mlp pre-activation");
+  l.mlp_act = buf(n * f, "mlp activation");
+  return l;
+}
+
+ActivationStore::ActivationStore(const ModelConfig& cfg, const ModelShard& shard, LayerRange range,
+                                 bool embedding, bool head, Arena& arena, int64_t batch,
+                                 int64_t seq_len, const RecomputePolicy& recompute)
+    : b(batch), t(seq_len) {
+  const int64_t n = batch * seq_len, ns = shard.local_rows(n), c = cfg.d_model;
+  const bool layernorm = cfg.family == ModelFamily::gpt2;
   inputs = arena.alloc<int32_t>(MemCategory::activations, n, "input tokens");
   targets = arena.alloc<int32_t>(MemCategory::activations, n, "target tokens");
   embed_out = act(arena, ns * c, embedding ? "embedding output" : "stage input");
-  layers.resize(static_cast<size_t>(range.size()));
-  for (LayerActivations& l : layers) {
-    l.attn_norm = act(arena, ns * c, "attention norm");
-    if (layernorm) l.attn_mean = act(arena, ns, "attention norm mean");
-    l.attn_rstd = act(arena, ns, "attention norm rstd");
-    l.qkv = act(arena, n * shard.qkv_width(cfg), "qkv");
-    if (cfg.flash_attention())
-      l.lse = act(arena, batch * nh * seq_len, "attention log-sum-exp");
-    else
-      l.probs = act(arena, batch * nh * seq_len * seq_len, "attention probabilities");
-    l.attn_out = act(arena, n * nh * cfg.head_dim(), "attention output");
-    l.resid_mid = act(arena, ns * c, "residual after attention");
-    l.mlp_norm = act(arena, ns * c, "mlp norm");
-    if (layernorm) l.mlp_mean = act(arena, ns, "mlp norm mean");
-    l.mlp_rstd = act(arena, ns, "mlp norm rstd");
-    l.mlp_pre = act(arena, n * pre_width, "mlp pre-activation");
-    l.mlp_act = act(arena, n * f, "mlp activation");
-    l.resid_out = act(arena, ns * c, "block output");
-  }
+  for (int64_t local = 0; local < range.size(); ++local)
+    layers.push_back(allocate_layer(cfg, shard, recompute.for_layer(local), arena,
+                                    MemCategory::activations, batch, seq_len));
   if (head) {
     final_norm = act(arena, ns * c, "final norm");
     if (layernorm) final_mean = act(arena, ns, "final norm mean");

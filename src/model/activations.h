@@ -6,6 +6,7 @@
 // their statistics hold this rank's rows only (ns = n / tp), which is where sp saves memory.
 #pragma once
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/arena.h"
@@ -31,11 +32,36 @@ struct LayerActivations {
   float* resid_out = nullptr;  // [ns, c] block output
 };
 
+// Activation recomputation (Korthikanti et al. 2022): what a layer keeps for backward.
+//   none:      everything below.
+//   selective: everything but the attention probabilities [b, nh, t, t], which backward
+//              recomputes from q and k (the "5as/h" term); flash attention keeps none anyway.
+//   full:      only the block output (the next block's input); backward reruns the block.
+enum class Recompute { none, selective, full };
+Recompute recompute_from_name(const std::string& name);  // error names train.recompute
+const char* recompute_name(Recompute r);
+
+// Which layers of a chunk recompute: the first `layers` of it (0: all), as Megatron's "block"
+// method does per pipeline stage.
+struct RecomputePolicy {
+  Recompute mode = Recompute::none;
+  int64_t layers = 0;
+  Recompute for_layer(int64_t local_layer) const {
+    return layers == 0 || local_layer < layers ? mode : Recompute::none;
+  }
+};
+
+// Allocates one layer's activations: those `mode` keeps (full keeps resid_out only; selective
+// leaves probs null). `category` is where the bytes are accounted.
+LayerActivations allocate_layer(const ModelConfig& cfg, const ModelShard& shard, Recompute mode,
+                                Arena& arena, MemCategory category, int64_t batch, int64_t seq_len);
+
 struct ActivationStore {
   // The activations of one micro-batch through `layers` of the model; `embedding` and `head` say
   // whether this chunk also runs the embedding (first) and the final norm, head and loss (last).
   ActivationStore(const ModelConfig& cfg, const ModelShard& shard, LayerRange layers,
-                  bool embedding, bool head, Arena& arena, int64_t batch, int64_t seq_len);
+                  bool embedding, bool head, Arena& arena, int64_t batch, int64_t seq_len,
+                  const RecomputePolicy& recompute = {});
   ActivationStore(const ModelConfig& cfg, Arena& arena, int64_t batch, int64_t seq_len)
       : ActivationStore(cfg, ModelShard::whole(cfg), {0, cfg.n_layer}, true, true, arena, batch,
                         seq_len) {}

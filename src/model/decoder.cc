@@ -158,14 +158,26 @@ Decoder::Decoder(const ModelConfig& config, Arena& arena, int64_t batch, int64_t
     for (int s = 0; s < slots; ++s)
       acts_[chunk].push_back(std::make_unique<ActivationStore>(
           config_, shard_, shard_.chunks[chunk], shard_.chunk_has_embedding(chunk),
-          shard_.chunk_has_head(chunk), arena, batch, seq_len));
+          shard_.chunk_has_head(chunk), arena, batch, seq_len, o.recompute));
   }
   scratch_ = GradScratch(config_, shard_, arena, batch, seq_len);
+  recompute_ = o.recompute;
+  if (recompute_.mode == Recompute::full) {
+    recompute_buffers_ = allocate_layer(config_, shard_, Recompute::none, arena,
+                                        MemCategory::workspace, batch, seq_len);
+  } else if (recompute_.mode == Recompute::selective && !config_.flash_attention()) {
+    const int64_t rows = batch * seq_len, heads = shard_.heads(config_);
+    recompute_buffers_.probs = arena.alloc<float>(
+        MemCategory::workspace, batch * heads * seq_len * seq_len, "recomputed attention probabilities");
+    recompute_buffers_.attn_out = arena.alloc<float>(
+        MemCategory::workspace, rows * heads * config_.head_dim(), "recomputed attention output");
+  }
 }
 
 Decoder::Decoder(const ModelConfig& config, Arena& arena, int64_t batch, int64_t seq_len, int slots,
                  const std::function<void(ParamStore&)>& plan)
-    : Decoder(config, arena, batch, seq_len, DecoderOptions{slots, {}, plan, std::nullopt, nullptr}) {}
+    : Decoder(config, arena, batch, seq_len,
+              DecoderOptions{slots, {}, plan, std::nullopt, nullptr, {}}) {}
 
 void Decoder::init(uint64_t seed) {
   for (int i = 0; i < params_.count(); ++i)
@@ -185,6 +197,26 @@ int64_t Decoder::boundary_elements() const {
 
 const float* Decoder::layer_input(const ActivationStore& a, int64_t local_layer) const {
   return local_layer == 0 ? a.embed_out : a.layers[local_layer - 1].resid_out;
+}
+
+LayerActivations Decoder::layer_view(const ActivationStore& a, int64_t local_layer,
+                                     bool rebuilding) const {
+  const LayerActivations& own = a.layers[local_layer];
+  switch (recompute_.for_layer(local_layer)) {
+    case Recompute::none:
+      return own;
+    case Recompute::selective: {
+      LayerActivations l = own;
+      if (!config_.flash_attention()) l.probs = recompute_buffers_.probs;
+      return l;
+    }
+    case Recompute::full: {
+      LayerActivations l = recompute_buffers_;
+      l.resid_out = rebuilding ? recompute_buffers_.resid_out : own.resid_out;
+      return l;
+    }
+  }
+  return own;
 }
 
 // ---- forward -----------------------------------------------------------------------------------
@@ -308,7 +340,8 @@ void Decoder::run_forward(int chunk, ActivationStore& a, const int32_t* tokens) 
   for (int64_t local = 0; local < r.size(); ++local) {
     const int layer = static_cast<int>(r.begin + local);
     hooks_->acquire_params(layer + 1);
-    block_forward(layer, a, a.layers[local], layer_input(a, local));
+    LayerActivations l = layer_view(a, local, /*rebuilding=*/false);
+    block_forward(layer, a, l, layer_input(a, local));
     hooks_->release_params(layer + 1);
   }
   if (shard_.chunk_has_head(chunk)) head_forward(a);
@@ -472,7 +505,19 @@ void Decoder::run_backward(int chunk, ActivationStore& a) {
     const int layer = static_cast<int>(r.begin + local);
     hooks_->acquire_params(layer + 1);
     hooks_->begin_grads(layer + 1);
-    block_backward(layer, a, a.layers[local], layer_input(a, local));
+    LayerActivations l = layer_view(a, local, /*rebuilding=*/true);
+    const float* x = layer_input(a, local);
+    // Recomputation reruns exactly the forward kernels on the same inputs: the rebuilt
+    // activations, and so the gradients, are bitwise those of a run that kept them.
+    const Recompute mode = recompute_.for_layer(local);
+    if (mode == Recompute::full) {
+      block_forward(layer, a, l, x);
+    } else if (mode == Recompute::selective && !config_.flash_attention()) {
+      const ModelConfig& cfg = config_;
+      k::attention_forward(recompute_buffers_.attn_out, l.probs, l.qkv, a.b, a.t,
+                           shard_.heads(cfg), shard_.kv_heads(cfg), cfg.head_dim());
+    }
+    block_backward(layer, a, l, x);
     hooks_->end_grads(layer + 1);
     hooks_->release_params(layer + 1);
   }

@@ -63,6 +63,7 @@ struct DecoderOptions {
   std::function<void(ParamStore&)> plan;
   std::optional<ModelShard> shard;  // default: the whole model
   Comm* tp = nullptr;  // the tensor-parallel group (null: tp = 1)
+  RecomputePolicy recompute;  // what backward rebuilds instead of keeping (activations.h)
 };
 
 class Decoder {
@@ -135,6 +136,11 @@ class Decoder {
   void run_forward(int chunk, ActivationStore& a, const int32_t* tokens);
   void run_backward(int chunk, ActivationStore& a);
   const float* layer_input(const ActivationStore& a, int64_t local_layer) const;
+  // A layer's activations as forward and backward see them: the slot's own buffers, with what
+  // recomputation drops pointing into the shared recompute buffers. `rebuilding`: the backward
+  // rerun of a full-recompute block, whose output goes to scratch (the slot's copy may be in
+  // flight to the next pipeline stage).
+  LayerActivations layer_view(const ActivationStore& a, int64_t local_layer, bool rebuilding) const;
   const float* head_weight() const;
   float* head_grad() const;
   // A tied head that reads the embedding itself (the rank holds both): its weight gradient is
@@ -152,6 +158,8 @@ class Decoder {
   ModelParamIndex index_;
   std::vector<std::vector<std::unique_ptr<ActivationStore>>> acts_;  // [chunk][slot]
   GradScratch scratch_;
+  RecomputePolicy recompute_;
+  LayerActivations recompute_buffers_;  // one layer's worth, shared by every recomputed layer
   GroupHooks no_hooks_;
   GroupHooks* hooks_ = &no_hooks_;
 };

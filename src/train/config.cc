@@ -60,6 +60,8 @@ const Field kFields[] = {
     STRATA_FIELD(train, checkpoint_every),
     STRATA_FIELD(train, keep_last),
     STRATA_FIELD(train, precision),
+    STRATA_FIELD(train, recompute),
+    STRATA_FIELD(train, recompute_layers),
     STRATA_FIELD(optim, lr),
     STRATA_FIELD(optim, min_lr),
     STRATA_FIELD(optim, warmup_steps),
@@ -479,6 +481,12 @@ void validate(RunConfig& c, const std::string& where) {
         p.dp);
   check(p.zero >= 0 && p.zero <= 3, where, "parallel.zero: ZeRO stage must be 0, 1, 2 or 3, got ",
         p.zero);
+  check(c.train.recompute == "none" || c.train.recompute == "selective" ||
+            c.train.recompute == "full",
+        where, "train.recompute: unknown mode '", c.train.recompute,
+        "' (expected \"none\", \"selective\" or \"full\")");
+  check(c.train.recompute_layers >= 0, where,
+        "train.recompute_layers: must be 0 (every layer) or more, got ", c.train.recompute_layers);
   check(p.vpp >= 1, where, "parallel.vpp: must be at least 1, got ", p.vpp);
   check(p.vpp == 1 || p.pp > 1, where, "parallel.vpp = ", p.vpp,
         " needs parallel.pp > 1 (virtual stages interleave chunks across pipeline ranks)");

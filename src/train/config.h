@@ -25,6 +25,10 @@ struct TrainConfig {
   int64_t checkpoint_every = 0;  // steps between checkpoints (0: only at the end)
   int64_t keep_last = 2;         // checkpoints kept
   std::string precision = "f32";
+  // Activation recomputation: "none", "selective" (attention probabilities) or "full" (keep
+  // only each block's input); recompute_layers: the first N layers of each pipeline chunk (0: all).
+  std::string recompute = "none";
+  int64_t recompute_layers = 0;
 };
 
 struct RunDirConfig {

@@ -98,8 +98,11 @@ void Trainer::build_model() {
   const ParallelConfig& p = config_.parallel;
   micro_batches_ = p.micro_batches > 0 ? p.micro_batches : t.grad_accum;
   const int64_t tokens = t.batch_size * t.seq_len;
+  const RecomputePolicy recompute{recompute_from_name(t.recompute), t.recompute_layers};
   if (!groups_) {
-    model_ = std::make_unique<Decoder>(config_.model, arena_, t.batch_size, t.seq_len);
+    DecoderOptions o;
+    o.recompute = recompute;
+    model_ = std::make_unique<Decoder>(config_.model, arena_, t.batch_size, t.seq_len, o);
     model_->init(t.seed);
     optimizer_ = std::make_unique<AdamW>(model_->params(), arena_, config_.optim);
   } else {
@@ -110,6 +113,7 @@ void Trainer::build_model() {
     opt.overlap = p.overlap;
     dp_ = std::make_unique<DataParallel>(groups_->dp(), opt);
     DecoderOptions o;
+    o.recompute = recompute;
     o.plan = [this](ParamStore& params) { dp_->plan(params); };
     const ShardSpec spec{layout.tp, layout.pp, static_cast<int>(p.vpp), p.sp, tokens,
                          p.stage_layers};

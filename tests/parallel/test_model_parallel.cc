@@ -36,10 +36,12 @@ struct Case {
   bool sp = false;
   std::string schedule = "1f1b";
   int micro_batches = 4;
+  std::string recompute = "none";
 
   std::string name() const {
     return cat(family, "_tp", tp, "_pp", pp, "_dp", dp, sp ? "_sp" : "", "_v", vpp, "_",
-               schedule == "1f1b" ? "1f1b" : schedule, "_z", zero);
+               schedule == "1f1b" ? "1f1b" : schedule, "_z", zero,
+               recompute == "none" ? "" : "_rc_" + recompute);
   }
 };
 
@@ -78,6 +80,7 @@ bucket_mb = 0.02
   c.parallel.sp = k.sp;
   c.parallel.vpp = k.vpp;
   c.parallel.schedule = k.schedule;
+  c.train.recompute = k.recompute;
   return c;
 }
 
@@ -193,7 +196,16 @@ std::vector<Case> all_cases() {
     // Every kind of group, both families, each schedule, sp, vpp, shared kv heads.
     std::vector<Case> subset;
     for (size_t i = 0; i < out.size(); i += 3) subset.push_back(out[i]);
-    return subset;
+    out = subset;
+  }
+  // Recomputation composes with every kind of parallelism (it changes nothing in the arithmetic).
+  if (world >= 4) {
+    out.push_back(Case{"gpt2", 2, 2, world / 4, 1, world / 4 > 1 ? 1 : 0, true, "1f1b", 4, "full"});
+    out.push_back(
+        Case{"llama", 2, 2, world / 4, 2, world / 4 > 1 ? 1 : 0, false, "interleaved", 4, "selective"});
+  } else {
+    out.push_back(Case{"gpt2", 2, 1, 1, 1, 0, true, "1f1b", 4, "full"});
+    out.push_back(Case{"llama", 1, 2, 1, 1, 0, false, "1f1b", 4, "selective"});
   }
   return out;
 }
