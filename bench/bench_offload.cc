@@ -74,6 +74,10 @@ int main(int argc, char** argv) {
   }
   const int64_t elements = argc > 2 ? std::atoll(argv[2]) : int64_t{32} << 20;
   constexpr int kSegments = 100, kIters = 5;
+  if (elements < 64 * kSegments) {
+    std::fprintf(stderr, "bench_offload: elements must be at least %d\n", 64 * kSegments);
+    return 1;
+  }
   try {
     // ~100 segments of varied sizes (matrices with weight decay, small vectors without), each
     // padded to a multiple of 64 elements in the state, like a flat parameter layout.
@@ -81,8 +85,10 @@ int main(int argc, char** argv) {
     std::vector<int64_t> sizes(kSegments);
     double total_weight = 0;
     std::vector<double> weights(kSegments);
-    for (int i = 0; i < kSegments; ++i)
-      total_weight += weights[i] = (i % 4 == 3) ? 0.01 : 1.0 + (rng() % 100) / 50.0;
+    for (int i = 0; i < kSegments; ++i) {
+      weights[i] = (i % 4 == 3) ? 0.01 : 1.0 + static_cast<double>(rng() % 100) / 50.0;
+      total_weight += weights[i];
+    }
     int64_t state_size = 0;
     for (int i = 0; i < kSegments; ++i) {
       sizes[i] = std::max<int64_t>(

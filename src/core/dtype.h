@@ -63,4 +63,46 @@ inline float bf16_to_f32(uint16_t h) {
   return f;
 }
 
+// f32 -> f16 (IEEE binary16) with round-to-nearest-even: overflow to inf, gradual underflow to
+// subnormals, NaN stays NaN (quiet, payload truncated).
+inline uint16_t f32_to_f16(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  const uint32_t sign = (x >> 16) & 0x8000u, exp = (x >> 23) & 0xffu, mant = x & 0x7fffffu;
+  if (exp == 0xffu) return static_cast<uint16_t>(sign | 0x7c00u | (mant ? 0x200u | (mant >> 13) : 0u));
+  const int e = static_cast<int>(exp) - 127 + 15;
+  if (e >= 31) return static_cast<uint16_t>(sign | 0x7c00u);
+  if (e <= 0) {
+    if (e < -10) return static_cast<uint16_t>(sign);
+    const uint32_t full = mant | 0x800000u;
+    const int shift = 14 - e;
+    const uint32_t half = 1u << (shift - 1), rest = full & ((1u << shift) - 1);
+    uint32_t r = full >> shift;
+    if (rest > half || (rest == half && (r & 1u))) ++r;
+    return static_cast<uint16_t>(sign | r);
+  }
+  uint32_t r = (static_cast<uint32_t>(e) << 10) | (mant >> 13);
+  const uint32_t rest = mant & 0x1fffu;
+  if (rest > 0x1000u || (rest == 0x1000u && (r & 1u))) ++r;  // a carry may reach inf: correct
+  return static_cast<uint16_t>(sign | r);
+}
+
+inline float f16_to_f32(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+  uint32_t u;
+  if (exp == 0) {
+    const float v = static_cast<float>(mant) * 5.9604644775390625e-8f;  // mant * 2^-24, exact
+    std::memcpy(&u, &v, 4);
+    u |= sign;
+  } else if (exp == 31) {
+    u = sign | 0x7f800000u | (mant << 13);
+  } else {
+    u = sign | ((exp + 112) << 23) | (mant << 13);
+  }
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
 }  // namespace strata

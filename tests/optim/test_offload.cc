@@ -162,7 +162,7 @@ INSTANTIATE_TEST_SUITE_P(Chunks, OffloadEquality,
                                            std::make_tuple(int64_t{333}, 1),
                                            std::make_tuple(int64_t{777}, 2),
                                            std::make_tuple(int64_t{61}, 5),
-                                           std::make_tuple(int64_t{1}, 3)));
+                                           std::make_tuple(int64_t{7}, 3)));
 
 TEST(Offload, ResidentMemoryIsOnlyTheChunkBuffers) {
   TempDir dir;
@@ -310,6 +310,28 @@ TEST(Offload, FullDiskIsAnErrorNamingTheDirectory) {
   EXPECT_TRUE(contains(message, dir.path() + "/master.bin")) << message;
   EXPECT_TRUE(contains(message, "full")) << message;
   EXPECT_TRUE(contains(message, "'" + dir.path() + "'")) << message;
+}
+
+TEST(Offload, WriteErrorInAStepIsReportedAndTheOptimizerStaysUsable) {
+  TempDir dir;
+  Arena arena;
+  Problem problem(5);
+  OffloadedAdamW off(problem.segments(), kStateSize, arena, test_config(), {dir.path(), 1000, 3});
+  off.init_from_params();
+  problem.fill_grads(9);
+  std::string message;
+  {
+    // Writes past byte 8192 fail (EFBIG, as a full disk would with ENOSPC) while reads succeed.
+    FileSizeCap cap(8192);
+    message = error_of([&] { off.step(1e-3f, 1.0f); });
+  }
+  EXPECT_TRUE(contains(message, "cannot write")) << message;
+  EXPECT_TRUE(contains(message, dir.path() + "/master.bin")) << message;
+  EXPECT_TRUE(contains(message, "resume from a checkpoint")) << message;
+  // The queue was drained: the next step runs (on the partly updated state) and the I/O thread
+  // still joins at destruction.
+  off.step(1e-3f, 1.0f);
+  EXPECT_EQ(off.steps_taken(), 2);
 }
 
 TEST(Offload, TwoOptimizersCannotShareADirectory) {

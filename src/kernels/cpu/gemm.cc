@@ -49,11 +49,12 @@ struct Key {
   bool ta, tb;
   int64_t m, n, k, lda, ldb, ldc;
   float alpha, beta;
+  bool bf16 = false;  // A and B in bf16 (C is f32 either way)
   bool operator==(const Key&) const = default;
 };
 struct KeyHash {
   size_t operator()(const Key& key) const {
-    size_t h = (key.ta ? 1u : 0u) | (key.tb ? 2u : 0u);
+    size_t h = (key.ta ? 1u : 0u) | (key.tb ? 2u : 0u) | (key.bf16 ? 4u : 0u);
     auto mix = [&h](uint64_t v) { h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2); };
     for (int64_t v : {key.m, key.n, key.k, key.lda, key.ldb, key.ldc})
       mix(static_cast<uint64_t>(v));
@@ -71,7 +72,7 @@ class MatmulCache {
 
   MatmulCache() : engine_(dnnl::engine::kind::cpu, 0) {}
 
-  void run(const Key& key, const float* a, const float* b, float* c) {
+  void run(const Key& key, const void* a, const void* b, float* c) {
     dnnl::matmul::primitive_desc pd;
     dnnl::matmul prim;
     {
@@ -84,8 +85,8 @@ class MatmulCache {
     }
     thread_local dnnl::stream stream(engine_);
     // Plain-layout memories wrapping the caller's pointers: no copies, no reorders.
-    dnnl::memory ma(pd.src_desc(), engine_, const_cast<float*>(a));
-    dnnl::memory mb(pd.weights_desc(), engine_, const_cast<float*>(b));
+    dnnl::memory ma(pd.src_desc(), engine_, const_cast<void*>(a));
+    dnnl::memory mb(pd.weights_desc(), engine_, const_cast<void*>(b));
     dnnl::memory mc(pd.dst_desc(), engine_, c);
     prim.execute(stream, {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}});
     stream.wait();
@@ -112,10 +113,9 @@ class MatmulCache {
     using dims = dnnl::memory::dims;
     // op(A)[m,k]: stored A is [m,k] with row stride lda, or [k,m] (transposed) read with
     // strides (1, lda); likewise B. This is how the transposes cost nothing.
-    dnnl::memory::desc ad(dims{key.m, key.k}, dt::f32,
-                          key.ta ? dims{1, key.lda} : dims{key.lda, 1});
-    dnnl::memory::desc bd(dims{key.k, key.n}, dt::f32,
-                          key.tb ? dims{1, key.ldb} : dims{key.ldb, 1});
+    const dt in = key.bf16 ? dt::bf16 : dt::f32;
+    dnnl::memory::desc ad(dims{key.m, key.k}, in, key.ta ? dims{1, key.lda} : dims{key.lda, 1});
+    dnnl::memory::desc bd(dims{key.k, key.n}, in, key.tb ? dims{1, key.ldb} : dims{key.ldb, 1});
     dnnl::memory::desc cd(dims{key.m, key.n}, dt::f32, dims{key.ldc, 1});
     dnnl::primitive_attr attr;
     if (key.alpha != 1.0f) attr.set_output_scales(0, {key.alpha});
@@ -163,7 +163,7 @@ void gemm_dnnl_matmul(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
   if (m == 0 || n == 0) return;
   if (k == 0) return scale_c(m, n, beta, c, ldc);
   try {
-    matmul_cache().run(Key{trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta}, a, b, c);
+    matmul_cache().run(Key{trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta, false}, a, b, c);
   } catch (const dnnl::error& e) {
     fail("gemm: oneDNN matmul failed (m=", m, " n=", n, " k=", k, "): ", e.what());
   }
@@ -177,6 +177,19 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
     detail::gemm_dnnl_matmul(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   } else {
     detail::gemm_dnnl_sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  }
+}
+
+void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+               const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c,
+               int64_t ldc) {
+  check_args(trans_a, trans_b, m, n, k, lda, ldb, ldc);
+  if (m == 0 || n == 0) return;
+  if (k == 0) return scale_c(m, n, beta, c, ldc);
+  try {
+    matmul_cache().run(Key{trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta, true}, a, b, c);
+  } catch (const dnnl::error& e) {
+    fail("gemm_bf16: oneDNN matmul failed (m=", m, " n=", n, " k=", k, "): ", e.what());
   }
 }
 

@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <string>
 
+#include "core/dtype.h"
+
 namespace strata::kernels {
 
 // ---- GEMM -----------------------------------------------------------------------------------
@@ -21,6 +23,32 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 // Which backend gemm uses ("onednn" or "openblas"), chosen at build time by measurement.
 std::string gemm_backend();
+
+// ---- Low precision: bf16 / f16 storage (uint16_t), f32 accumulation (lowp.cc) ----------------
+// Round-to-nearest-even conversions, bit-identical to core/dtype.h's scalar ones (NaN stays NaN,
+// f16 overflows to inf), vectorised. `t` is DType::bf16 or DType::f16.
+void to_lowp(DType t, uint16_t* out, const float* in, int64_t count);
+void from_lowp(DType t, float* out, const uint16_t* in, int64_t count);
+// C[M,N] = alpha * op(A) * op(B) + beta * C with A and B in bf16 and C (and the accumulation)
+// in f32: oneDNN's bf16 matmul (avx512_core_bf16: about twice the f32 rate on this CPU).
+void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+               const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c,
+               int64_t ldc);
+// Linear layers on low-precision inputs: y[n,out] (f32) = x * w^T + bias. bf16 runs gemm_bf16;
+// f16 has no GEMM on this CPU, so its operands are widened into f32_scratch (lowp_f32_scratch
+// elements; null for bf16) and the f32 GEMM runs: f16 numerics (values rounded to f16, overflow
+// to inf) at f32 speed.
+void linear_forward_lowp(DType t, float* y, const uint16_t* x, const uint16_t* w,
+                         const float* bias, int64_t n, int64_t in, int64_t out, float* f32_scratch);
+// dx[n,in] (f32, overwritten, may be null) = dy * w; dw[out,in] (f32) += dy^T * x;
+// dbias += column sums of dy. dy (f32) is rounded to t in blocks of rows that fit dy_lowp
+// (capacity elements, at least `out`), so the output gradient never exists whole in t.
+void linear_backward_lowp(DType t, float* dx, float* dw, float* dbias, const float* dy,
+                          uint16_t* dy_lowp, int64_t capacity, const uint16_t* x, const uint16_t* w,
+                          int64_t n, int64_t in, int64_t out, float* f32_scratch);
+// f32 scratch the f16 path of the two functions above needs for shapes up to (n, in, out) with
+// a dy_lowp of `capacity` elements.
+int64_t lowp_f32_scratch(int64_t n, int64_t in, int64_t out, int64_t capacity);
 
 // ---- Linear: y[n,out] = x[n,in] * w[out,in]^T + bias[out] (bias may be null) -----------------
 void linear_forward(float* y, const float* x, const float* w, const float* bias, int64_t n,
