@@ -18,3 +18,21 @@ struct OptimConfig {
 };
 
 }  // namespace strata
+
+namespace strata {
+
+// [fp16]: dynamic loss scaling for train.precision = "fp16", with DeepSpeed's keys and meaning
+// (its "fp16" JSON section): the scale starts at 2^initial_scale_power; a step whose gradients
+// overflow is skipped and, once `hysteresis` overflows have been absorbed, halves the scale (not
+// below min_loss_scale); every loss_scale_window steps without overflow double it. loss_scale > 0
+// fixes the scale instead.
+struct LossScalerConfig {
+  float loss_scale = 0.0f;  // 0: dynamic
+  int64_t initial_scale_power = 16;
+  int64_t loss_scale_window = 1000;
+  int64_t hysteresis = 2;
+  float min_loss_scale = 1.0f;
+  bool consecutive_hysteresis = false;  // refill the hysteresis after every clean step
+};
+
+}  // namespace strata
