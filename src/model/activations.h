@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/arena.h"
+#include "core/dtype.h"
 #include "model/config.h"
 #include "model/shard.h"
 
@@ -30,6 +31,13 @@ struct LayerActivations {
   float* mlp_pre = nullptr;    // [n, f] (gpt2 fc output) or [n, 2f] (llama gate|up)
   float* mlp_act = nullptr;    // [n, f] activation output, input of proj/down
   float* resid_out = nullptr;  // [ns, c] block output
+  // Mixed precision (bf16 / f16): the inputs of the layer's GEMMs are kept in 16 bits instead;
+  // their f32 versions above are then transient buffers shared by every layer (null here).
+  // attn_out stays f32 under flash attention, whose backward reads it.
+  uint16_t* attn_norm_lp = nullptr;  // [ns, c]
+  uint16_t* attn_out_lp = nullptr;   // [n, nh*hd] (naive attention)
+  uint16_t* mlp_norm_lp = nullptr;   // [ns, c]
+  uint16_t* mlp_act_lp = nullptr;    // [n, f]
 };
 
 // Activation recomputation (Korthikanti et al. 2022): what a layer keeps for backward.
@@ -54,14 +62,15 @@ struct RecomputePolicy {
 // Allocates one layer's activations: those `mode` keeps (full keeps resid_out only; selective
 // leaves probs null). `category` is where the bytes are accounted.
 LayerActivations allocate_layer(const ModelConfig& cfg, const ModelShard& shard, Recompute mode,
-                                Arena& arena, MemCategory category, int64_t batch, int64_t seq_len);
+                                Arena& arena, MemCategory category, int64_t batch, int64_t seq_len,
+                                DType precision = DType::f32);
 
 struct ActivationStore {
   // The activations of one micro-batch through `layers` of the model; `embedding` and `head` say
   // whether this chunk also runs the embedding (first) and the final norm, head and loss (last).
   ActivationStore(const ModelConfig& cfg, const ModelShard& shard, LayerRange layers,
                   bool embedding, bool head, Arena& arena, int64_t batch, int64_t seq_len,
-                  const RecomputePolicy& recompute = {});
+                  const RecomputePolicy& recompute = {}, DType precision = DType::f32);
   ActivationStore(const ModelConfig& cfg, Arena& arena, int64_t batch, int64_t seq_len)
       : ActivationStore(cfg, ModelShard::whole(cfg), {0, cfg.n_layer}, true, true, arena, batch,
                         seq_len) {}
@@ -71,7 +80,8 @@ struct ActivationStore {
   // previous pipeline stage.
   float* embed_out = nullptr;
   std::vector<LayerActivations> layers;  // the chunk's layers, in order
-  float* final_norm = nullptr;           // [ns, c]
+  float* final_norm = nullptr;           // [ns, c] (null under mixed precision: transient)
+  uint16_t* final_norm_lp = nullptr;     // [ns, c] mixed precision: the head GEMM's input
   float* final_mean = nullptr;           // [ns]
   float* final_rstd = nullptr;           // [ns]
   float* logits = nullptr;               // [n, v]; holds dlogits after backward's loss step
@@ -84,7 +94,7 @@ struct ActivationStore {
 struct GradScratch {
   GradScratch() = default;
   GradScratch(const ModelConfig& cfg, const ModelShard& shard, Arena& arena, int64_t batch,
-              int64_t seq_len);
+              int64_t seq_len, DType precision = DType::f32);
   float* dresid = nullptr;    // [ns, c] gradient of the residual stream
   float* dnorm = nullptr;     // [ns, c] gradient of a norm's output
   float* dqkv = nullptr;      // [n, qkv_width]
@@ -96,6 +106,15 @@ struct GradScratch {
   // partial sums that are reduce-scattered (forward and backward use them in turn).
   float* full_a = nullptr;
   float* full_b = nullptr;
+  // Mixed precision: all-gathered 16-bit GEMM inputs (sp), the output gradient rounded to 16
+  // bits in row blocks (dy_capacity elements), f32 room for widening f16 operands, and the
+  // transient f32 activations whose 16-bit copies the layers keep.
+  uint16_t* full_lp = nullptr;
+  uint16_t* dy_lp = nullptr;
+  int64_t dy_capacity = 0;
+  float* f16_wide = nullptr;
+  LayerActivations transient;
+  float* final_norm = nullptr;
 };
 
 }  // namespace strata

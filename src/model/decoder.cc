@@ -149,22 +149,32 @@ Decoder::Decoder(const ModelConfig& config, Arena& arena, int64_t batch, int64_t
   STRATA_CHECK(shard_.tp == (o.tp ? o.tp->size() : 1),
                "Decoder: the shard's tp does not match the tensor-parallel group");
   tp_ = TensorParallel(o.tp, shard_.sp);
+  precision_ = o.precision;
+  STRATA_CHECK(precision_ == DType::f32 || precision_ == DType::bf16 || precision_ == DType::f16,
+               "Decoder: precision must be f32, bf16 or f16");
   index_ = register_model_params(config_, shard_, params_);
   if (o.plan) o.plan(params_);
+  if (lowp()) params_.set_param_category(MemCategory::master);
   params_.allocate(arena);
+  if (lowp()) {
+    lowp_params_ = arena.alloc<uint16_t>(MemCategory::params, params_.size(),
+                                         "parameters (16-bit working copy)");
+    lowp_version_.assign(static_cast<size_t>(params_.num_groups()), -1);
+    lowp_source_.assign(static_cast<size_t>(params_.num_groups()), nullptr);
+  }
   acts_.resize(static_cast<size_t>(shard_.num_chunks()));
   for (int chunk = 0; chunk < shard_.num_chunks(); ++chunk) {
     const int slots = o.chunk_slots.empty() ? o.slots : o.chunk_slots[chunk];
     for (int s = 0; s < slots; ++s)
       acts_[chunk].push_back(std::make_unique<ActivationStore>(
           config_, shard_, shard_.chunks[chunk], shard_.chunk_has_embedding(chunk),
-          shard_.chunk_has_head(chunk), arena, batch, seq_len, o.recompute));
+          shard_.chunk_has_head(chunk), arena, batch, seq_len, o.recompute, precision_));
   }
-  scratch_ = GradScratch(config_, shard_, arena, batch, seq_len);
+  scratch_ = GradScratch(config_, shard_, arena, batch, seq_len, precision_);
   recompute_ = o.recompute;
   if (recompute_.mode == Recompute::full) {
     recompute_buffers_ = allocate_layer(config_, shard_, Recompute::none, arena,
-                                        MemCategory::workspace, batch, seq_len);
+                                        MemCategory::workspace, batch, seq_len, precision_);
   } else if (recompute_.mode == Recompute::selective && !config_.flash_attention()) {
     const int64_t rows = batch * seq_len, heads = shard_.heads(config_);
     recompute_buffers_.probs = arena.alloc<float>(
@@ -177,7 +187,7 @@ Decoder::Decoder(const ModelConfig& config, Arena& arena, int64_t batch, int64_t
 Decoder::Decoder(const ModelConfig& config, Arena& arena, int64_t batch, int64_t seq_len, int slots,
                  const std::function<void(ParamStore&)>& plan)
     : Decoder(config, arena, batch, seq_len,
-              DecoderOptions{slots, {}, plan, std::nullopt, nullptr, {}}) {}
+              DecoderOptions{slots, {}, plan, std::nullopt, nullptr, {}, DType::f32}) {}
 
 void Decoder::init(uint64_t seed) {
   for (int i = 0; i < params_.count(); ++i)
@@ -202,21 +212,73 @@ const float* Decoder::layer_input(const ActivationStore& a, int64_t local_layer)
 LayerActivations Decoder::layer_view(const ActivationStore& a, int64_t local_layer,
                                      bool rebuilding) const {
   const LayerActivations& own = a.layers[local_layer];
+  LayerActivations l = own;
   switch (recompute_.for_layer(local_layer)) {
     case Recompute::none:
-      return own;
-    case Recompute::selective: {
-      LayerActivations l = own;
+      break;
+    case Recompute::selective:
       if (!config_.flash_attention()) l.probs = recompute_buffers_.probs;
-      return l;
-    }
-    case Recompute::full: {
-      LayerActivations l = recompute_buffers_;
+      break;
+    case Recompute::full:
+      l = recompute_buffers_;
       l.resid_out = rebuilding ? recompute_buffers_.resid_out : own.resid_out;
-      return l;
-    }
+      break;
   }
-  return own;
+  if (lowp()) {  // f32 versions of what the layer keeps in 16 bits are shared and transient
+    const LayerActivations& t = scratch_.transient;
+    if (!l.attn_norm) l.attn_norm = t.attn_norm;
+    if (!l.mlp_norm) l.mlp_norm = t.mlp_norm;
+    if (!l.mlp_act) l.mlp_act = t.mlp_act;
+    if (!l.attn_out) l.attn_out = t.attn_out;
+    if (!l.attn_out_lp) l.attn_out_lp = t.attn_out_lp;  // flash keeps f32 attn_out instead
+  }
+  return l;
+}
+
+const uint16_t* Decoder::lowp_weight(int idx) {
+  const ParamInfo& p = params_.info(idx);
+  const int g = p.group;
+  const float* source = params_.group_params(g);
+  if (lowp_version_[g] != params_.version() || lowp_source_[g] != source) {
+    kernels::to_lowp(precision_, lowp_params_ + params_.group_offset(g), source,
+                     params_.group_size(g));
+    lowp_version_[g] = params_.version();
+    lowp_source_[g] = source;
+  }
+  return lowp_params_ + p.offset;
+}
+
+void Decoder::linear_fwd(float* y, const float* x32, const uint16_t* xlp, int w, int bias,
+                         int64_t n, int64_t in, int64_t out) {
+  const float* b = bias >= 0 ? params_.param(bias) : nullptr;
+  if (!lowp()) {
+    k::linear_forward(y, x32, params_.param(w), b, n, in, out);
+    return;
+  }
+  k::linear_forward_lowp(precision_, y, xlp, lowp_weight(w), b, n, in, out, scratch_.f16_wide);
+}
+
+void Decoder::linear_bwd(float* dx, float* dw, float* dbias, const float* dy, const float* x32,
+                         const uint16_t* xlp, int w, int64_t n, int64_t in, int64_t out) {
+  if (!lowp()) {
+    if (dw) {
+      k::linear_backward(dx, dw, dbias, dy, x32, params_.param(w), n, in, out);
+    } else {  // a tied head: dx only here, its weight gradient later
+      k::gemm(false, false, n, in, out, 1.0f, dy, out, params_.param(w), in, 0.0f, dx, in);
+    }
+    return;
+  }
+  k::linear_backward_lowp(precision_, dx, dw, dbias, dy, scratch_.dy_lp, scratch_.dy_capacity, xlp,
+                          lowp_weight(w), n, in, out, scratch_.f16_wide);
+}
+
+std::pair<const float*, const uint16_t*> Decoder::column_input(const float* x, uint16_t* keep,
+                                                               float* gather32, int64_t n,
+                                                               bool convert) {
+  const int64_t c = config_.d_model;
+  if (!lowp()) return {tp_.gather_rows(x, gather32, n, c), nullptr};
+  if (convert) k::to_lowp(precision_, keep, x, shard_.local_rows(n) * c);
+  return {nullptr, tp_.gather_rows(keep, scratch_.full_lp, n, c, precision_)};
 }
 
 // ---- forward -----------------------------------------------------------------------------------
@@ -263,17 +325,17 @@ void Decoder::embedding_forward(ActivationStore& a, const int32_t* tokens) {
                                     a.t, c);
 }
 
-void Decoder::row_parallel(float* out, const float* x, int w, int bias, const float* residual,
-                           int64_t n, int64_t in) {
+void Decoder::row_parallel(float* out, const float* x32, const uint16_t* xlp, int w, int bias,
+                           const float* residual, int64_t n, int64_t in) {
   const int64_t c = config_.d_model;
   const float* b = bias >= 0 ? params_.param(bias) : nullptr;
   if (!tp_.active()) {
-    k::linear_forward(out, x, params_.param(w), b, n, in, c);
+    linear_fwd(out, x32, xlp, w, bias, n, in, c);
     k::add_inplace(out, residual, n * c);
     return;
   }
   float* partial = tp_.sp() ? scratch_.full_b : out;
-  k::linear_forward(partial, x, params_.param(w), nullptr, n, in, c);
+  linear_fwd(partial, x32, xlp, w, -1, n, in, c);
   tp_.reduce_rows(partial, out, n, c);
   const int64_t ns = shard_.local_rows(n);
   if (b) k::add_bias(out, b, ns, c);
@@ -290,41 +352,45 @@ void Decoder::block_forward(int layer, ActivationStore& a, LayerActivations& l, 
 
   norm_forward(cfg, l.attn_norm, l.attn_mean, l.attn_rstd, x, P(bp.attn_norm_w), P(bp.attn_norm_b),
                ns);
-  const float* in = tp_.gather_rows(l.attn_norm, scratch_.full_a, n, c);
-  k::linear_forward(l.qkv, in, P(bp.q_w), P(bp.q_b), n, c, shard_.qkv_width(cfg));
+  auto [in32, inlp] = column_input(l.attn_norm, l.attn_norm_lp, scratch_.full_a, n, true);
+  linear_fwd(l.qkv, in32, inlp, bp.q_w, bp.q_b, n, c, shard_.qkv_width(cfg));
   if (cfg.family == ModelFamily::llama) k::rope_forward(l.qkv, b, t, nh, nkv, hd, cfg.rope_theta);
   if (cfg.flash_attention())
     k::flash_attention_forward(l.attn_out, l.lse, l.qkv, b, t, nh, nkv, hd);
   else
     k::attention_forward(l.attn_out, l.probs, l.qkv, b, t, nh, nkv, hd);
-  row_parallel(l.resid_mid, l.attn_out, bp.o_w, bp.o_b, x, n, nh * hd);
+  if (lowp()) k::to_lowp(precision_, l.attn_out_lp, l.attn_out, n * nh * hd);
+  row_parallel(l.resid_mid, l.attn_out, l.attn_out_lp, bp.o_w, bp.o_b, x, n, nh * hd);
 
   norm_forward(cfg, l.mlp_norm, l.mlp_mean, l.mlp_rstd, l.resid_mid, P(bp.mlp_norm_w),
                P(bp.mlp_norm_b), ns);
-  in = tp_.gather_rows(l.mlp_norm, scratch_.full_a, n, c);
+  std::tie(in32, inlp) = column_input(l.mlp_norm, l.mlp_norm_lp, scratch_.full_a, n, true);
   if (cfg.family == ModelFamily::gpt2) {
-    k::linear_forward(l.mlp_pre, in, P(bp.fc_w), P(bp.fc_b), n, c, f);
+    linear_fwd(l.mlp_pre, in32, inlp, bp.fc_w, bp.fc_b, n, c, f);
     k::gelu_forward(l.mlp_act, l.mlp_pre, n * f);
-    row_parallel(l.resid_out, l.mlp_act, bp.proj_w, bp.proj_b, l.resid_mid, n, f);
   } else {
-    k::linear_forward(l.mlp_pre, in, P(bp.gate_w), nullptr, n, c, 2 * f);
+    linear_fwd(l.mlp_pre, in32, inlp, bp.gate_w, -1, n, c, 2 * f);
     k::swiglu_forward(l.mlp_act, l.mlp_pre, n, f);
-    row_parallel(l.resid_out, l.mlp_act, bp.down_w, -1, l.resid_mid, n, f);
   }
+  if (lowp()) k::to_lowp(precision_, l.mlp_act_lp, l.mlp_act, n * f);
+  const int down = cfg.family == ModelFamily::gpt2 ? bp.proj_w : bp.down_w;
+  row_parallel(l.resid_out, l.mlp_act, l.mlp_act_lp, down, bp.proj_b, l.resid_mid, n, f);
 }
 
 void Decoder::head_forward(ActivationStore& a) {
   const ModelConfig& cfg = config_;
   const int64_t n = a.b * a.t, c = cfg.d_model;
   hooks_->acquire_params(final_group());
-  norm_forward(cfg, a.final_norm, a.final_mean, a.final_rstd, a.layers.back().resid_out,
+  float* norm = a.final_norm ? a.final_norm : scratch_.final_norm;
+  norm_forward(cfg, norm, a.final_mean, a.final_rstd, a.layers.back().resid_out,
                params_.param(index_.final_norm_w),
                index_.final_norm_b >= 0 ? params_.param(index_.final_norm_b) : nullptr,
                shard_.local_rows(n));
   if (tied_in_place()) hooks_->acquire_params(0);
   // Column-parallel over the vocabulary: this rank's logits only.
-  const float* in = tp_.gather_rows(a.final_norm, scratch_.full_a, n, c);
-  k::linear_forward(a.logits, in, head_weight(), nullptr, n, c, shard_.vocab(cfg));
+  const auto [in32, inlp] = column_input(norm, a.final_norm_lp, scratch_.full_a, n, true);
+  linear_fwd(a.logits, in32, inlp, index_.head >= 0 ? index_.head : index_.embed, -1, n, c,
+             shard_.vocab(cfg));
   if (tied_in_place()) hooks_->release_params(0);
   hooks_->release_params(final_group());
 }
@@ -410,35 +476,34 @@ void Decoder::block_backward(int layer, ActivationStore& a, LayerActivations& l,
 
   // s.dresid holds dL/d(block output); the residual path passes it through unchanged.
   const float* dy = tp_.gather_rows(s.dresid, s.full_a, n, c);
-  if (cfg.family == ModelFamily::gpt2) {
-    k::linear_backward(s.dmlp_act, G(bp.proj_w), G(bp.proj_b), dy, l.mlp_act, P(bp.proj_w), n, f,
-                       c);
+  const int down = cfg.family == ModelFamily::gpt2 ? bp.proj_w : bp.down_w;
+  linear_bwd(s.dmlp_act, G(down), G(bp.proj_b), dy, l.mlp_act, l.mlp_act_lp, down, n, f, c);
+  if (cfg.family == ModelFamily::gpt2)
     k::gelu_backward(s.dmlp_pre, l.mlp_pre, s.dmlp_act, n * f);
-    const float* in = tp_.gather_rows(l.mlp_norm, s.full_b, n, c);
-    k::linear_backward(dnorm_rows, G(bp.fc_w), G(bp.fc_b), s.dmlp_pre, in, P(bp.fc_w), n, c, f);
-  } else {
-    k::linear_backward(s.dmlp_act, G(bp.down_w), nullptr, dy, l.mlp_act, P(bp.down_w), n, f, c);
+  else
     k::swiglu_backward(s.dmlp_pre, l.mlp_pre, s.dmlp_act, n, f);
-    const float* in = tp_.gather_rows(l.mlp_norm, s.full_b, n, c);
-    k::linear_backward(dnorm_rows, G(bp.gate_w), nullptr, s.dmlp_pre, in, P(bp.gate_w), n, c,
-                       2 * f);
-  }
+  auto [in32, inlp] = column_input(l.mlp_norm, l.mlp_norm_lp, s.full_b, n, false);
+  const int up = cfg.family == ModelFamily::gpt2 ? bp.fc_w : bp.gate_w;
+  const int64_t up_width = cfg.family == ModelFamily::gpt2 ? f : 2 * f;
+  linear_bwd(dnorm_rows, G(up), G(bp.fc_b), s.dmlp_pre, in32, inlp, up, n, c, up_width);
   tp_.reduce_rows(dnorm_rows, s.dnorm, n, c);
   norm_backward(cfg, s.dresid, G(bp.mlp_norm_w), G(bp.mlp_norm_b), s.dnorm, l.resid_mid,
                 P(bp.mlp_norm_w), l.mlp_mean, l.mlp_rstd, ns);
 
   // s.dresid now holds dL/d(residual after attention).
   dy = tp_.gather_rows(s.dresid, s.full_a, n, c);
-  k::linear_backward(s.dattn, G(bp.o_w), G(bp.o_b), dy, l.attn_out, P(bp.o_w), n, nh * hd, c);
+  // Flash attention keeps attn_out in f32 (its backward reads it): round it again for the GEMM.
+  if (lowp() && cfg.flash_attention()) k::to_lowp(precision_, l.attn_out_lp, l.attn_out, n * nh * hd);
+  linear_bwd(s.dattn, G(bp.o_w), G(bp.o_b), dy, l.attn_out, l.attn_out_lp, bp.o_w, n, nh * hd, c);
   if (cfg.flash_attention())
     k::flash_attention_backward(s.dqkv, s.attn_scratch, s.dattn, l.qkv, l.attn_out, l.lse, b, t, nh,
                                 nkv, hd);
   else
     k::attention_backward(s.dqkv, s.attn_scratch, s.dattn, l.qkv, l.probs, b, t, nh, nkv, hd);
   if (cfg.family == ModelFamily::llama) k::rope_backward(s.dqkv, b, t, nh, nkv, hd, cfg.rope_theta);
-  const float* in = tp_.gather_rows(l.attn_norm, s.full_b, n, c);
-  k::linear_backward(dnorm_rows, G(bp.q_w), G(bp.q_b), s.dqkv, in, P(bp.q_w), n, c,
-                     shard_.qkv_width(cfg));
+  std::tie(in32, inlp) = column_input(l.attn_norm, l.attn_norm_lp, s.full_b, n, false);
+  linear_bwd(dnorm_rows, G(bp.q_w), G(bp.q_b), s.dqkv, in32, inlp, bp.q_w, n, c,
+             shard_.qkv_width(cfg));
   tp_.reduce_rows(dnorm_rows, s.dnorm, n, c);
   norm_backward(cfg, s.dresid, G(bp.attn_norm_w), G(bp.attn_norm_b), s.dnorm, x, P(bp.attn_norm_w),
                 l.attn_mean, l.attn_rstd, ns);
@@ -452,16 +517,14 @@ void Decoder::head_backward(ActivationStore& a) {
   hooks_->acquire_params(last);
   hooks_->begin_grads(last);
   float* dx = tp_.sp() ? s.full_a : s.dnorm;
-  if (tied_in_place()) {
-    // A tied head's weight gradient belongs to the embedding group: it is computed at the end of
-    // backward (dlogits stay in a.logits), so that every group's gradients complete at one time.
-    hooks_->acquire_params(0);
-    k::gemm(false, false, n, c, v, 1.0f, a.logits, v, head_weight(), c, 0.0f, dx, c);
-    hooks_->release_params(0);
-  } else {
-    const float* in = tp_.gather_rows(a.final_norm, s.full_b, n, c);
-    k::linear_backward(dx, head_grad(), nullptr, a.logits, in, head_weight(), n, c, v);
-  }
+  const int head = index_.head >= 0 ? index_.head : index_.embed;
+  if (tied_in_place()) hooks_->acquire_params(0);
+  // A tied head's weight gradient belongs to the embedding group: it is computed at the end of
+  // backward (dlogits stay in a.logits), so that every group's gradients complete at one time.
+  const auto [in32, inlp] = column_input(a.final_norm, a.final_norm_lp, s.full_b, n, false);
+  linear_bwd(dx, tied_in_place() ? nullptr : head_grad(), nullptr, a.logits, in32, inlp, head, n,
+             c, v);
+  if (tied_in_place()) hooks_->release_params(0);
   tp_.reduce_rows(dx, s.dnorm, n, c);
   std::memset(s.dresid, 0, static_cast<size_t>(ns * c) * sizeof(float));
   norm_backward(cfg, s.dresid, params_.grad(index_.final_norm_w),
@@ -490,8 +553,13 @@ void Decoder::embedding_backward(ActivationStore& a) {
   if (tied_in_place()) {
     // dW_head[v, c] += dlogits^T[v, n] * final_norm[n, c]
     const int64_t v = shard_.vocab(config_);
-    const float* in = tp_.gather_rows(a.final_norm, s.full_b, n, c);
-    k::gemm(true, false, v, c, n, 1.0f, a.logits, v, in, c, 1.0f, params_.grad(index_.embed), c);
+    const auto [in32, inlp] = column_input(a.final_norm, a.final_norm_lp, s.full_b, n, false);
+    if (!lowp())
+      k::gemm(true, false, v, c, n, 1.0f, a.logits, v, in32, c, 1.0f, params_.grad(index_.embed),
+              c);
+    else
+      linear_bwd(nullptr, params_.grad(index_.embed), nullptr, a.logits, in32, inlp, index_.embed,
+                 n, c, v);
   }
   hooks_->end_grads(0);
   hooks_->release_params(0);

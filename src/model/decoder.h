@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "core/arena.h"
@@ -64,6 +65,11 @@ struct DecoderOptions {
   std::optional<ModelShard> shard;  // default: the whole model
   Comm* tp = nullptr;  // the tensor-parallel group (null: tp = 1)
   RecomputePolicy recompute;  // what backward rebuilds instead of keeping (activations.h)
+  // f32, or mixed precision: bf16 / f16 GEMMs with f32 accumulation on 16-bit copies of the
+  // weights and of the activations the GEMMs read (which is also what is kept for backward);
+  // norms, softmax, attention, the loss and every gradient stay f32, and the ParamStore's f32
+  // buffer becomes the master weights.
+  DType precision = DType::f32;
 };
 
 class Decoder {
@@ -131,8 +137,23 @@ class Decoder {
   void block_forward(int layer, ActivationStore& a, LayerActivations& l, const float* x);
   void block_backward(int layer, ActivationStore& a, LayerActivations& l, const float* x);
   // Row-parallel linear + bias + residual: out[ns, c] = reduce(x * W^T) + bias + residual.
-  void row_parallel(float* out, const float* x, int w, int bias, const float* residual,
-                    int64_t n, int64_t in);
+  // x is read as f32 (x32) or, under mixed precision, as its 16-bit copy (xlp).
+  void row_parallel(float* out, const float* x32, const uint16_t* xlp, int w, int bias,
+                    const float* residual, int64_t n, int64_t in);
+  // y = x W^T + bias and its backward, in the model's precision (x32 or xlp as above).
+  void linear_fwd(float* y, const float* x32, const uint16_t* xlp, int w, int bias, int64_t n,
+                  int64_t in, int64_t out);
+  void linear_bwd(float* dx, float* dw, float* dbias, const float* dy, const float* x32,
+                  const uint16_t* xlp, int w, int64_t n, int64_t in, int64_t out);
+  // A column-parallel layer's input from the rows this rank holds: f32 (x32 set) or, under
+  // mixed precision, x rounded into `keep` (the 16-bit copy the layer keeps) and all-gathered
+  // under sp. Returns (f32 input, 16-bit input); exactly one is set.
+  std::pair<const float*, const uint16_t*> column_input(const float* x, uint16_t* keep,
+                                                        float* gather32, int64_t n,
+                                                        bool convert);
+  // The 16-bit working copy of parameter idx, refreshed from the f32 master when stale.
+  const uint16_t* lowp_weight(int idx);
+  bool lowp() const { return precision_ != DType::f32; }
   void run_forward(int chunk, ActivationStore& a, const int32_t* tokens);
   void run_backward(int chunk, ActivationStore& a);
   const float* layer_input(const ActivationStore& a, int64_t local_layer) const;
@@ -159,6 +180,10 @@ class Decoder {
   std::vector<std::vector<std::unique_ptr<ActivationStore>>> acts_;  // [chunk][slot]
   GradScratch scratch_;
   RecomputePolicy recompute_;
+  DType precision_ = DType::f32;
+  uint16_t* lowp_params_ = nullptr;           // 16-bit working weights, flat layout
+  std::vector<int64_t> lowp_version_;         // per group: ParamStore version converted
+  std::vector<const float*> lowp_source_;     // per group: the f32 buffer converted from
   LayerActivations recompute_buffers_;  // one layer's worth, shared by every recomputed layer
   GroupHooks no_hooks_;
   GroupHooks* hooks_ = &no_hooks_;

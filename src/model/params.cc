@@ -123,7 +123,7 @@ std::vector<int64_t> ParamStore::group_sizes() const {
 
 void ParamStore::allocate(Arena& arena) {
   plan_layout();
-  if (resident_params_) data_ = arena.alloc<float>(MemCategory::params, total_, "parameters");
+  if (resident_params_) data_ = arena.alloc<float>(param_category_, total_, "parameters");
   if (resident_grads_) grad_ = arena.alloc<float>(MemCategory::grads, total_, "gradients");
   for (int g = 0; g < num_groups(); ++g) {
     group_params_[g] = data_ ? data_ + group_offset_[g] : nullptr;

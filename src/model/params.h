@@ -96,6 +96,14 @@ class ParamStore {
 
   void zero_grads();
 
+  // The category the resident parameter buffer is accounted in (mixed precision keeps f32
+  // master weights here and a 16-bit working copy elsewhere: "master").
+  void set_param_category(MemCategory c) { param_category_ = c; }
+  // Bumped whenever the parameter values change (optimizer step, load), so that derived copies
+  // (the 16-bit working weights) know when to refresh.
+  int64_t version() const { return version_; }
+  void bump_version() { ++version_; }
+
  private:
   std::vector<ParamInfo> params_;
   std::unordered_map<std::string, int> by_name_;
@@ -107,6 +115,8 @@ class ParamStore {
   std::vector<int64_t> group_padding_;
   bool planned_ = false;
   bool resident_params_ = true, resident_grads_ = true;
+  MemCategory param_category_ = MemCategory::params;
+  int64_t version_ = 0;
 };
 
 }  // namespace strata

@@ -34,6 +34,9 @@ class TensorParallel {
   // x: the rows this rank holds. With sp, all-gathers the row blocks into full[n, c] and returns
   // full; otherwise returns x (every rank holds every row).
   const float* gather_rows(const float* x, float* full, int64_t n, int64_t c) const;
+  // The same for 16-bit rows (mixed precision: half the bytes on the wire).
+  const uint16_t* gather_rows(const uint16_t* x, uint16_t* full, int64_t n, int64_t c,
+                              DType dtype) const;
   void all_reduce(float* x, int64_t count, ReduceOp op) const;
 
  private:

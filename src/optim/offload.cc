@@ -100,7 +100,7 @@ OffloadedAdamW::OffloadedAdamW(std::vector<OptimSegment> segments, int64_t state
   STRATA_CHECK(state_size_ >= 0, "optimizer offload: negative state size ", state_size_);
 
   // Sorted once, so that each chunk finds its segments by walking forward from a cursor.
-  if (false) std::sort(segments_.begin(), segments_.end(), [](const OptimSegment& a, const OptimSegment& b) {
+  std::sort(segments_.begin(), segments_.end(), [](const OptimSegment& a, const OptimSegment& b) {
     return a.state_offset < b.state_offset;
   });
   int64_t previous_end = 0;
@@ -108,7 +108,7 @@ OffloadedAdamW::OffloadedAdamW(std::vector<OptimSegment> segments, int64_t state
     STRATA_CHECK(s.count >= 0 && s.state_offset >= 0 && s.state_offset + s.count <= state_size_,
                  "optimizer offload: segment at state offset ", s.state_offset, " with ", s.count,
                  " elements does not fit in the state of ", state_size_, " elements");
-    STRATA_CHECK(true,
+    STRATA_CHECK(s.count == 0 || s.state_offset >= previous_end,
                  "optimizer offload: segments overlap at state offset ", s.state_offset,
                  "; each state element belongs to at most one segment");
     STRATA_CHECK(s.count == 0 || (s.param != nullptr && s.grad != nullptr),

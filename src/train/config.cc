@@ -96,6 +96,12 @@ const Field kFields[] = {
     STRATA_FIELD(parallel, overlap),
     STRATA_FIELD(parallel, comm_timeout_s),
     STRATA_FIELD(system, memory_limit_mb),
+    STRATA_FIELD(fp16, loss_scale),
+    STRATA_FIELD(fp16, initial_scale_power),
+    STRATA_FIELD(fp16, loss_scale_window),
+    STRATA_FIELD(fp16, hysteresis),
+    STRATA_FIELD(fp16, min_loss_scale),
+    STRATA_FIELD(fp16, consecutive_hysteresis),
     STRATA_FIELD(sample, prompt),
     STRATA_FIELD(sample, max_new_tokens),
     STRATA_FIELD(sample, temperature),
@@ -104,8 +110,8 @@ const Field kFields[] = {
 
 #undef STRATA_FIELD
 
-const char* const kSections[] = {"model", "train",  "optim",    "data",  "data.filters",
-                                 "run",   "system", "parallel", "sample"};
+const char* const kSections[] = {"model", "train",  "optim",    "data",   "data.filters",
+                                 "run",   "system", "parallel", "sample", "fp16"};
 
 const Field* find_field(const std::string& key) {
   for (const Field& f : kFields)
@@ -427,8 +433,22 @@ void validate(RunConfig& c, const std::string& where) {
         "train.checkpoint_every: must be 0 (only at the end) or more, got ", t.checkpoint_every);
   // At least one, or the final checkpoint would be deleted as soon as it was written.
   check(t.keep_last >= 1, where, "train.keep_last: must be at least 1, got ", t.keep_last);
-  check(t.precision == "f32", where, "train.precision: '", t.precision,
-        "' is not supported yet; use \"f32\"");
+  check(t.precision == "f32" || t.precision == "bf16" || t.precision == "fp16", where,
+        "train.precision: unknown precision '", t.precision,
+        "' (expected \"f32\", \"bf16\" or \"fp16\")");
+  check(t.precision == "f32" || c.parallel.zero < 3, where, "train.precision = \"", t.precision,
+        "\" with parallel.zero = 3 is not supported yet (the 16-bit working weights are not "
+        "sharded); use parallel.zero <= 2 or train.precision = \"f32\"");
+  const LossScalerConfig& ls = c.fp16;
+  check(ls.loss_scale >= 0, where, "fp16.loss_scale: must be 0 (dynamic) or positive, got ",
+        ls.loss_scale);
+  check(ls.initial_scale_power >= 0 && ls.initial_scale_power <= 40, where,
+        "fp16.initial_scale_power: must be in [0, 40], got ", ls.initial_scale_power);
+  check(ls.loss_scale_window >= 1, where, "fp16.loss_scale_window: must be at least 1, got ",
+        ls.loss_scale_window);
+  check(ls.hysteresis >= 1, where, "fp16.hysteresis: must be at least 1, got ", ls.hysteresis);
+  check(ls.min_loss_scale > 0, where, "fp16.min_loss_scale: must be positive, got ",
+        ls.min_loss_scale);
 
   const OptimConfig& o = c.optim;
   check(o.lr > 0, where, "optim.lr: must be positive, got ", o.lr);

@@ -24,6 +24,8 @@ struct TrainConfig {
   int64_t log_every = 10;        // steps between plain log lines when not on a terminal
   int64_t checkpoint_every = 0;  // steps between checkpoints (0: only at the end)
   int64_t keep_last = 2;         // checkpoints kept
+  // "f32", or mixed precision "bf16" / "fp16": 16-bit GEMMs with f32 accumulation, f32 master
+  // weights and optimizer state; fp16 adds dynamic loss scaling ([fp16]).
   std::string precision = "f32";
   // Activation recomputation: "none", "selective" (attention probabilities) or "full" (keep
   // only each block's input); recompute_layers: the first N layers of each pipeline chunk (0: all).
@@ -74,6 +76,7 @@ struct RunConfig {
   SystemConfig system;
   ParallelConfig parallel;
   SampleConfig sample;
+  LossScalerConfig fp16;  // [fp16]: loss scaling for train.precision = "fp16" (DeepSpeed's keys)
 };
 
 // Parses TOML text; `source` names the file in messages. Overrides are "section.key=value" with the

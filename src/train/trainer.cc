@@ -99,9 +99,14 @@ void Trainer::build_model() {
   micro_batches_ = p.micro_batches > 0 ? p.micro_batches : t.grad_accum;
   const int64_t tokens = t.batch_size * t.seq_len;
   const RecomputePolicy recompute{recompute_from_name(t.recompute), t.recompute_layers};
+  const DType precision = t.precision == "bf16"   ? DType::bf16
+                          : t.precision == "fp16" ? DType::f16
+                                                  : DType::f32;
+  if (precision == DType::f16) scaler_ = std::make_unique<LossScaler>(config_.fp16);
   if (!groups_) {
     DecoderOptions o;
     o.recompute = recompute;
+    o.precision = precision;
     model_ = std::make_unique<Decoder>(config_.model, arena_, t.batch_size, t.seq_len, o);
     model_->init(t.seed);
     optimizer_ = std::make_unique<AdamW>(model_->params(), arena_, config_.optim);
@@ -114,6 +119,7 @@ void Trainer::build_model() {
     dp_ = std::make_unique<DataParallel>(groups_->dp(), opt);
     DecoderOptions o;
     o.recompute = recompute;
+    o.precision = precision;
     o.plan = [this](ParamStore& params) { dp_->plan(params); };
     const ShardSpec spec{layout.tp, layout.pp, static_cast<int>(p.vpp), p.sp, tokens,
                          p.stage_layers};
@@ -263,8 +269,10 @@ void Trainer::resume() {
       std::copy(lv.begin(), lv.end(), optimizer_->second_moment());
     }
   }
+  params.bump_version();
   step_ = state.step;
   optimizer_->set_steps_taken(state.step);
+  if (scaler_ && state.extra.contains("loss_scaler")) scaler_->restore(state.extra["loss_scaler"]);
   if (!state.data.is_null() && !state.data.empty()) train_data_->restore(state.data);
   log::info("resumed from ", dir, " at step ", step_, " (data at ", train_data_->position(), ")");
 }
@@ -282,9 +290,13 @@ StepResult Trainer::train_step() {
   else
     params.zero_grads();
   const int64_t m = micro_batches_, tokens = t.batch_size * t.seq_len;
-  const float grad_scale = 1.0f / static_cast<float>(tokens * m);
+  // fp16 scales the loss (so the gradients) up to keep small gradients inside f16's range; the
+  // scale is divided out again before clipping and the update.
+  const float loss_scale = scaler_ ? scaler_->scale() : 1.0f;
+  const float grad_scale = loss_scale / static_cast<float>(tokens * m);
   double loss = 0;
   StepResult r;
+  r.loss_scale = loss_scale;
   if (pipe_) {
     auto tick = Clock::now();
     for (int64_t mb = 0; mb < m; ++mb)
@@ -329,16 +341,26 @@ StepResult Trainer::train_step() {
   loss = mean_over_dp(loss);
   r.comm_exposed_s = seconds_since(tick);
   tick = Clock::now();
-  r.grad_norm = mp_ ? mp_->grad_norm() : dp_ ? dp_->grad_norm() : global_grad_norm(params);
+  // The norm is global (every rank computes the same value), so every rank takes the same
+  // decision below, including an fp16 overflow skip.
+  r.grad_norm = (mp_ ? mp_->grad_norm() : dp_ ? dp_->grad_norm() : global_grad_norm(params)) /
+                static_cast<double>(loss_scale);
   r.lr = learning_rate(config_.optim, step_, t.steps);
-  if (std::isfinite(r.grad_norm) && std::isfinite(loss)) {
+  const bool finite = std::isfinite(r.grad_norm) && std::isfinite(loss);
+  if (finite) {
     optimizer_->step(static_cast<float>(r.lr),
-                     clip_coefficient(r.grad_norm, config_.optim.grad_clip));
+                     clip_coefficient(r.grad_norm, config_.optim.grad_clip) / loss_scale);
     if (dp_) dp_->after_optimizer_step();
+    params.bump_version();  // the 16-bit working weights refresh from the new master values
+  } else if (scaler_) {
+    log::info("step ", step_ + 1, ": fp16 gradients overflowed at loss scale ", loss_scale,
+              "; update skipped");
   } else {
     log::warn("step ", step_ + 1, ": non-finite loss or gradient norm (loss ", loss, ", norm ",
               r.grad_norm, ") at data position ", train_data_->position(), "; update skipped");
   }
+  r.skipped = !finite;
+  if (scaler_) scaler_->update(!finite);
   r.optimizer_s = seconds_since(tick);
   ++step_;
   r.step = step_;
@@ -394,6 +416,7 @@ std::string Trainer::save() {
   state.extra["rng"] = {
       {"generator", "philox4x32-10"}, {"seed", config_.train.seed}, {"draws_per_step", 0}};
   state.extra["optimizer"] = {{"type", "adamw"}, {"steps_taken", optimizer_->steps_taken()}};
+  if (scaler_) state.extra["loss_scaler"] = scaler_->state();
   const auto t0 = Clock::now();
   // Checkpoints hold global tensors: shards are gathered (every rank takes part).
   const std::vector<float> params = global_params();
@@ -416,6 +439,11 @@ void Trainer::write_metrics(const StepResult& r, double tokens_per_s, double mfu
   j["loss"] = r.loss;
   j["lr"] = r.lr;
   j["grad_norm"] = r.grad_norm;
+  if (scaler_) {
+    j["loss_scale"] = r.loss_scale;
+    j["skipped_steps"] = scaler_->skipped_steps();
+  }
+  if (r.skipped) j["skipped"] = true;
   j["tokens_per_s"] = tokens_per_s;
   j["mfu"] = mfu;
   j["step_ms"] = 1e3 * r.seconds;

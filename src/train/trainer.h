@@ -11,6 +11,7 @@
 #include "core/arena.h"
 #include "model/decoder.h"
 #include "optim/adamw.h"
+#include "optim/loss_scaler.h"
 #include "parallel/data_parallel.h"
 #include "parallel/model_parallel.h"
 #include "parallel/pipeline_executor.h"
@@ -35,6 +36,10 @@ struct StepResult {
   // Tensor-parallel collectives sit inside forward and backward and are waited for at once:
   // their wait is taken out of compute_s and reported here (exposed communication).
   double tp_comm_s = 0;
+  // fp16: the loss scale this step ran with, and whether its gradients overflowed (then the
+  // update was skipped and the scale backed off).
+  double loss_scale = 1;
+  bool skipped = false;
 };
 
 class Trainer {
@@ -87,6 +92,7 @@ class Trainer {
   std::unique_ptr<ModelParallel> mp_;       // tp > 1 or pp > 1
   std::unique_ptr<PipelineExecutor> pipe_;  // pp > 1
   int64_t micro_batches_ = 1;               // per optimizer step and dp rank
+  std::unique_ptr<LossScaler> scaler_;      // fp16
   std::unique_ptr<AdamW> optimizer_;
   std::unique_ptr<TokenSource> train_data_, val_data_;
   int32_t* inputs_ = nullptr;

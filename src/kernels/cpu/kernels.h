@@ -40,7 +40,7 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, floa
 // to inf) at f32 speed.
 void linear_forward_lowp(DType t, float* y, const uint16_t* x, const uint16_t* w,
                          const float* bias, int64_t n, int64_t in, int64_t out, float* f32_scratch);
-// dx[n,in] (f32, overwritten, may be null) = dy * w; dw[out,in] (f32) += dy^T * x;
+// dx[n,in] (f32, overwritten, may be null) = dy * w; dw[out,in] (f32, may be null) += dy^T * x;
 // dbias += column sums of dy. dy (f32) is rounded to t in blocks of rows that fit dy_lowp
 // (capacity elements, at least `out`), so the output gradient never exists whole in t.
 void linear_backward_lowp(DType t, float* dx, float* dw, float* dbias, const float* dy,

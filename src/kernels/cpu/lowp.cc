@@ -131,9 +131,9 @@ void linear_backward_lowp(DType t, float* dx, float* dw, float* dbias, const flo
     if (dx)  // dx[r, in] = dy[r, out] * w[out, in]
       gemm_lowp(t, false, false, r, in, out, dy_lowp, r * out, out, w, out * in, in, 0.0f,
                 dx + r0 * in, in, f32_scratch);
-    // dw[out, in] += dy^T[out, r] * x[r, in]
-    gemm_lowp(t, true, false, out, in, r, dy_lowp, r * out, out, x + r0 * in, r * in, in, 1.0f, dw,
-              in, f32_scratch);
+    if (dw)  // dw[out, in] += dy^T[out, r] * x[r, in]
+      gemm_lowp(t, true, false, out, in, r, dy_lowp, r * out, out, x + r0 * in, r * in, in, 1.0f,
+                dw, in, f32_scratch);
   }
 }
 
