@@ -146,6 +146,8 @@ def main():
     ap.add_argument("--attn", choices=["manual", "sdpa"], default="manual")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--verbose", action="store_true", help="print every step to stderr")
+    ap.add_argument("--precision", choices=["f32", "bf16"], default="f32",
+                    help="bf16: torch.autocast(cpu, bfloat16) around forward (PyTorch's mixed precision)")
     a = ap.parse_args()
     a.n_kv_head = a.n_kv_head or a.n_head
     a.max_seq_len = max(a.max_seq_len, a.seq_len)
@@ -178,7 +180,11 @@ def main():
         tok = torch.randint(0, a.vocab, (a.batch, a.seq_len + 1), generator=gen)
         inputs, targets = tok[:, :-1].contiguous(), tok[:, 1:].contiguous()
         t0 = time.perf_counter()
-        loss = model(inputs, targets)
+        if a.precision == "bf16":
+            with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+                loss = model(inputs, targets)
+        else:
+            loss = model(inputs, targets)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
@@ -200,6 +206,7 @@ def main():
         "gflops": round(tps * flops_per_token * 1e-9, 2),
         "loss_first": round(losses[0], 4), "loss_last": round(losses[-1], 4),
         "threads": torch.get_num_threads(), "attn": a.attn, "adamw_foreach": foreach,
+        "precision": a.precision,
         "torch": torch.__version__, "blas": blas_info(),
     }))
 

@@ -2,6 +2,7 @@
 # Training throughput, strata vs PyTorch, same model, same shapes, 2 threads each.
 #
 #   bench/train_vs_torch.sh tiny|gpt2-124m [STEPS]
+#   PRECISION=bf16 bench/train_vs_torch.sh gpt2-124m    # strata bf16 vs torch.autocast(bfloat16)
 #
 # Runs, one after the other (never concurrently):
 #   1. bench/gemm_peak.py         torch f32 GEMM GFLOP/s (the ceiling PyTorch works against)
@@ -19,6 +20,7 @@ set -euo pipefail
 
 NAME=${1:-}
 STEPS=${2:-}
+PRECISION=${PRECISION:-f32}
 cd "$(dirname "$0")/.."
 PY=/usr/bin/python3
 THREADS=2
@@ -58,7 +60,7 @@ else
   echo "warning: $OPENBLAS_OMP_DIR not found; torch uses whatever libblas.so.3 resolves to" >&2
 fi
 
-echo "== $NAME: $STEPS steps (PyTorch averages steps after $WARMUP), $THREADS threads"
+echo "== $NAME: $STEPS steps (PyTorch averages steps after $WARMUP), $THREADS threads, $PRECISION"
 
 # 1. torch GEMM peak
 echo "-- torch f32 GEMM peak (bench/gemm_peak.py)"
@@ -96,6 +98,7 @@ else
   if OMP_NUM_THREADS=$THREADS GLIBC_TUNABLES=glibc.malloc.hugetlb=1 ./build/strata train \
       "configs/$NAME.toml" --set data.source=synthetic --set "train.steps=$STEPS" \
       --set "run.dir=$RUN_DIR" --set "system.threads=$THREADS" --set run.resume=none \
+      --set "train.precision=$PRECISION" \
       > "$LOGDIR/strata.log" 2>&1; then
     STRATA_TPS=$("$PY" - "$RUN_DIR/metrics.jsonl" <<'EOF' || true
 import json, sys
@@ -126,7 +129,7 @@ fi
 # 4. PyTorch
 echo "-- PyTorch (bench/torch_train.py ${TORCH_ARGS[*]})"
 "${TORCH_ENV[@]}" "$PY" bench/torch_train.py "${TORCH_ARGS[@]}" --steps "$STEPS" \
-  --warmup-steps "$WARMUP" --threads "$THREADS" > "$LOGDIR/torch.json"
+  --warmup-steps "$WARMUP" --threads "$THREADS" --precision "$PRECISION" > "$LOGDIR/torch.json"
 
 # Summary
 "$PY" - "$LOGDIR/torch.json" "$LOGDIR/gemm.json" "${STRATA_TPS:-}" "${STRATA_PEAK:-}" "$NAME" <<'EOF'

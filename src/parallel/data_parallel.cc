@@ -19,6 +19,8 @@ DataParallel::DataParallel(Comm& dp, const DataParallelOptions& options)
   STRATA_CHECK(opt_.zero >= 0 && opt_.zero <= 3, "parallel.zero: stage ", opt_.zero,
                " does not exist (0, 1, 2 or 3)");
   STRATA_CHECK(opt_.bucket_elements >= 1, "parallel.bucket_mb: must be positive");
+  STRATA_CHECK(opt_.reduce_dtype == DType::f32 || opt_.reduce_dtype == DType::bf16,
+               "parallel.grad_reduce_dtype: gradients reduce in f32 or bf16");
 }
 
 void DataParallel::plan(ParamStore& params) {
@@ -59,6 +61,9 @@ void DataParallel::setup(ParamStore& params, Arena& arena) {
     max_padded_ = std::max(max_padded_, b.padded);
   }
   shard_size_ = local;
+  const bool bf16 = opt_.reduce_dtype == DType::bf16;
+  if (bf16 && opt_.zero < 2)
+    reduce_lp_ = arena.alloc<uint16_t>(MemCategory::comm, params.size(), "gradients in bf16");
   if (opt_.zero >= 2) {
     shard_grads_ = arena.alloc<float>(MemCategory::grads, shard_size_, "gradient shard");
     grad_slots_.resize(kGradSlots);
@@ -66,6 +71,11 @@ void DataParallel::setup(ParamStore& params, Arena& arena) {
       s.data = arena.alloc<float>(MemCategory::comm, max_padded_, "gradient bucket staging");
       s.reduced =
           arena.alloc<float>(MemCategory::comm, max_padded_ / size_ + 1, "reduced gradient slice");
+      if (bf16) {
+        s.data_lp = arena.alloc<uint16_t>(MemCategory::comm, max_padded_, "bf16 gradient bucket");
+        s.reduced_lp = arena.alloc<uint16_t>(MemCategory::comm, max_padded_ / size_ + 1,
+                                             "bf16 reduced gradient slice");
+      }
     }
   }
   if (opt_.zero >= 3) {
@@ -131,13 +141,25 @@ void DataParallel::begin_backward() {
 
 void DataParallel::launch_bucket(int k) {
   Bucket& b = buckets_[k];
+  const bool bf16 = opt_.reduce_dtype == DType::bf16;
   if (opt_.zero < 2) {
-    pending_.push_back(
-        comm_.all_reduce(params_->grads() + b.start, b.padded, DType::f32, ReduceOp::avg));
+    if (bf16) {
+      kernels::to_lowp(DType::bf16, reduce_lp_ + b.start, params_->grads() + b.start, b.padded);
+      pending_.push_back(comm_.all_reduce(reduce_lp_ + b.start, b.padded, DType::bf16, ReduceOp::avg));
+    } else {
+      pending_.push_back(
+          comm_.all_reduce(params_->grads() + b.start, b.padded, DType::f32, ReduceOp::avg));
+    }
+    pending_buckets_.push_back(k);
     return;
   }
   GradSlot& s = grad_slots_[b.grad_slot];
-  s.work = comm_.reduce_scatter(s.data, s.reduced, b.slice, DType::f32, ReduceOp::avg);
+  if (bf16) {
+    kernels::to_lowp(DType::bf16, s.data_lp, s.data, b.padded);
+    s.work = comm_.reduce_scatter(s.data_lp, s.reduced_lp, b.slice, DType::bf16, ReduceOp::avg);
+  } else {
+    s.work = comm_.reduce_scatter(s.data, s.reduced, b.slice, DType::f32, ReduceOp::avg);
+  }
   grads_in_flight_.push_back(b.grad_slot);
   if (!opt_.overlap) retire_grad_slot(b.grad_slot);
 }
@@ -146,6 +168,7 @@ void DataParallel::retire_grad_slot(int slot) {
   GradSlot& s = grad_slots_[slot];
   s.work->wait();
   Bucket& b = buckets_[s.bucket];
+  if (opt_.reduce_dtype == DType::bf16) kernels::from_lowp(DType::bf16, s.reduced, s.reduced_lp, b.slice);
   kernels::add_inplace(shard_grads_ + b.local, s.reduced, b.slice);  // accumulate micro-batches
   b.grad_slot = -1;
   s.bucket = -1;
@@ -193,7 +216,12 @@ void DataParallel::finish_gradients() {
   if (opt_.zero < 2 && !opt_.overlap)
     for (int k = 0; k < static_cast<int>(buckets_.size()); ++k) launch_bucket(k);
   for (const WorkHandle& w : pending_) w->wait();
+  if (opt_.reduce_dtype == DType::bf16)
+    for (int k : pending_buckets_)
+      kernels::from_lowp(DType::bf16, params_->grads() + buckets_[k].start,
+                         reduce_lp_ + buckets_[k].start, buckets_[k].padded);
   pending_.clear();
+  pending_buckets_.clear();
   while (!grads_in_flight_.empty()) retire_grad_slot(grads_in_flight_.front());
 }
 

@@ -40,6 +40,9 @@ struct DataParallelOptions {
   int zero = 0;
   int64_t bucket_elements = int64_t{25} << 18;  // 25 MB of f32
   bool overlap = true;
+  // The type gradients travel in: f32 (default), or bf16 (half the bytes; each bucket is rounded
+  // to bf16 before the reduction and widened back after it, as Megatron's bf16 grad reduce).
+  DType reduce_dtype = DType::f32;
 };
 
 class DataParallel : public GroupHooks {
@@ -100,6 +103,8 @@ class DataParallel : public GroupHooks {
   struct GradSlot {
     float* data = nullptr;     // padded bucket of full gradients
     float* reduced = nullptr;  // this rank's reduced slice
+    uint16_t* data_lp = nullptr;     // bf16 reduction: the bucket and its reduced slice in bf16
+    uint16_t* reduced_lp = nullptr;
     int bucket = -1;
     WorkHandle work;
   };
@@ -131,6 +136,8 @@ class DataParallel : public GroupHooks {
   std::deque<int> grads_in_flight_;  // slots, oldest first
   std::vector<ParamSlot> param_slots_;
   std::vector<WorkHandle> pending_;  // all-reduces of stages 0 and 1
+  std::vector<int> pending_buckets_;  // their buckets (bf16 reduction widens them afterwards)
+  uint16_t* reduce_lp_ = nullptr;     // stages 0/1, bf16 reduction: the gradients in bf16
   bool last_micro_batch_ = true;
   bool backward_ = false;
   int64_t clock_ = 0;

@@ -95,6 +95,7 @@ const Field kFields[] = {
     STRATA_FIELD(parallel, bucket_mb),
     STRATA_FIELD(parallel, overlap),
     STRATA_FIELD(parallel, comm_timeout_s),
+    STRATA_FIELD(parallel, grad_reduce_dtype),
     STRATA_FIELD(system, memory_limit_mb),
     STRATA_FIELD(fp16, loss_scale),
     STRATA_FIELD(fp16, initial_scale_power),
@@ -507,6 +508,8 @@ void validate(RunConfig& c, const std::string& where) {
         "' (expected \"none\", \"selective\" or \"full\")");
   check(c.train.recompute_layers >= 0, where,
         "train.recompute_layers: must be 0 (every layer) or more, got ", c.train.recompute_layers);
+  check(p.grad_reduce_dtype == "f32" || p.grad_reduce_dtype == "bf16", where,
+        "parallel.grad_reduce_dtype: '", p.grad_reduce_dtype, "' (expected \"f32\" or \"bf16\")");
   check(p.vpp >= 1, where, "parallel.vpp: must be at least 1, got ", p.vpp);
   check(p.vpp == 1 || p.pp > 1, where, "parallel.vpp = ", p.vpp,
         " needs parallel.pp > 1 (virtual stages interleave chunks across pipeline ranks)");

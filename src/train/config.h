@@ -58,6 +58,7 @@ struct ParallelConfig {
   double bucket_mb = 25;        // gradient bucket size for the overlapped reduction
   bool overlap = true;          // start each bucket's reduction as soon as backward fills it
   double comm_timeout_s = 300;  // every wait on a collective ends after this, naming the op
+  std::string grad_reduce_dtype = "f32";  // "f32" or "bf16": the type gradients travel in
 };
 
 struct SampleConfig {

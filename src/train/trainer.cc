@@ -116,6 +116,7 @@ void Trainer::build_model() {
     opt.zero = static_cast<int>(p.zero);
     opt.bucket_elements = std::max<int64_t>(1, static_cast<int64_t>(p.bucket_mb * (1 << 20) / 4));
     opt.overlap = p.overlap;
+    opt.reduce_dtype = p.grad_reduce_dtype == "bf16" ? DType::bf16 : DType::f32;
     dp_ = std::make_unique<DataParallel>(groups_->dp(), opt);
     DecoderOptions o;
     o.recompute = recompute;

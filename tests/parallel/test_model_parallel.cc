@@ -38,12 +38,14 @@ struct Case {
   int micro_batches = 4;
   std::string recompute = "none";
   std::string precision = "f32";
+  std::string grad_reduce = "f32";
 
   std::string name() const {
     return cat(family, "_tp", tp, "_pp", pp, "_dp", dp, sp ? "_sp" : "", "_v", vpp, "_",
                schedule == "1f1b" ? "1f1b" : schedule, "_z", zero,
                recompute == "none" ? "" : "_rc_" + recompute,
-               precision == "f32" ? "" : "_" + precision);
+               precision == "f32" ? "" : "_" + precision,
+               grad_reduce == "f32" ? "" : "_reduce_" + grad_reduce);
   }
   // f32 reassociation only; with 16-bit GEMM inputs a partial sum that differs in its last f32
   // bit can round to another bf16 value, so mixed precision compares at bf16's resolution.
@@ -87,6 +89,7 @@ bucket_mb = 0.02
   c.parallel.schedule = k.schedule;
   c.train.recompute = k.recompute;
   c.train.precision = k.precision;
+  c.parallel.grad_reduce_dtype = k.grad_reduce;
   return c;
 }
 
@@ -125,6 +128,7 @@ const RunResult& reference(const Case& k) {
   one.sp = false;
   one.schedule = "1f1b";
   one.recompute = "none";
+  one.grad_reduce = "f32";
   const RunConfig c = config_for(
       one, kBatch * k.dp, k.micro_batches,
       (fs::temp_directory_path() / cat("strata_test_mp_ref_", key)).string());
@@ -218,6 +222,12 @@ std::vector<Case> all_cases() {
     h.zero = h.dp > 1 ? 1 : 0;
     out.push_back(h);
     if (world >= 4) out.push_back(Case{"llama", 2, 1, world / 2, 1, 2, true, "1f1b", 4, "none", "bf16"});
+    // Gradients reduced in bf16 (parallel.grad_reduce_dtype), ZeRO-1 and ZeRO-2.
+    for (int zero : {1, 2}) {
+      Case r{"gpt2", 1, 1, world, 1, zero, false, "1f1b", 4, "none", "bf16"};
+      r.grad_reduce = "bf16";
+      out.push_back(r);
+    }
   }
   if (world >= 4) {
     out.push_back(Case{"gpt2", 2, 2, world / 4, 1, world / 4 > 1 ? 1 : 0, true, "1f1b", 4, "full"});
