@@ -15,6 +15,12 @@ struct OptimConfig {
   float eps = 1e-8f;
   float weight_decay = 0.1f;  // decoupled; not applied to norms, biases or other 1-D params
   float grad_clip = 1.0f;     // global-norm clip (0: off)
+  // ZeRO-Infinity-style offload of the f32 master weights and Adam moments to files ("nvme"),
+  // streamed through chunk buffers (optim/offload.h); offload_dir defaults to <run.dir>/offload
+  // (one subdirectory per rank).
+  std::string offload = "none";
+  std::string offload_dir;
+  double offload_chunk_mb = 4;
 };
 
 }  // namespace strata

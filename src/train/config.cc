@@ -71,6 +71,9 @@ const Field kFields[] = {
     STRATA_FIELD(optim, eps),
     STRATA_FIELD(optim, weight_decay),
     STRATA_FIELD(optim, grad_clip),
+    STRATA_FIELD(optim, offload),
+    STRATA_FIELD(optim, offload_dir),
+    STRATA_FIELD(optim, offload_chunk_mb),
     STRATA_FIELD(data, source),
     STRATA_FIELD(data, text),
     STRATA_FIELD(data, dir),
@@ -440,6 +443,10 @@ void validate(RunConfig& c, const std::string& where) {
   check(t.precision == "f32" || c.parallel.zero < 3, where, "train.precision = \"", t.precision,
         "\" with parallel.zero = 3 is not supported yet (the 16-bit working weights are not "
         "sharded); use parallel.zero <= 2 or train.precision = \"f32\"");
+  check(c.optim.offload == "none" || c.optim.offload == "nvme", where,
+        "optim.offload: '", c.optim.offload, "' (expected \"none\" or \"nvme\")");
+  check(c.optim.offload_chunk_mb > 0, where, "optim.offload_chunk_mb: must be positive, got ",
+        c.optim.offload_chunk_mb);
   const LossScalerConfig& ls = c.fp16;
   check(ls.loss_scale >= 0, where, "fp16.loss_scale: must be 0 (dynamic) or positive, got ",
         ls.loss_scale);

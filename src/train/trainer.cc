@@ -109,7 +109,7 @@ void Trainer::build_model() {
     o.precision = precision;
     model_ = std::make_unique<Decoder>(config_.model, arena_, t.batch_size, t.seq_len, o);
     model_->init(t.seed);
-    optimizer_ = std::make_unique<AdamW>(model_->params(), arena_, config_.optim);
+    make_optimizer(segments_for_all(model_->params()), model_->params().size());
   } else {
     const Layout& layout = groups_->layout();
     DataParallelOptions opt;
@@ -141,8 +141,7 @@ void Trainer::build_model() {
     dp_->setup(model_->params(), arena_);
     model_->set_hooks(dp_.get());
     dp_->init_params(model_->config(), t.seed);
-    optimizer_ = std::make_unique<AdamW>(dp_->optimizer_segments(), dp_->optimizer_state_size(),
-                                         arena_, config_.optim);
+    make_optimizer(dp_->optimizer_segments(), dp_->optimizer_state_size());
     if (layout.tp > 1 || layout.pp > 1)
       mp_ = std::make_unique<ModelParallel>(*groups_, config_.model, spec, *model_, *dp_, arena_);
     if (layout.pp > 1)
@@ -153,6 +152,29 @@ void Trainer::build_model() {
   const int64_t held = pipe_ ? micro_batches_ : 1;
   inputs_ = arena_.alloc<int32_t>(MemCategory::workspace, held * tokens, "input batch");
   targets_ = arena_.alloc<int32_t>(MemCategory::workspace, held * tokens, "target batch");
+}
+
+void Trainer::make_optimizer(std::vector<OptimSegment> segments, int64_t state_size) {
+  if (config_.optim.offload != "nvme") {
+    optimizer_ = std::make_unique<AdamW>(std::move(segments), state_size, arena_, config_.optim);
+    return;
+  }
+  OffloadOptions o;
+  const fs::path root = config_.optim.offload_dir.empty()
+                            ? fs::path(config_.run.dir) / "offload"
+                            : fs::path(config_.optim.offload_dir);
+  o.dir = (root / cat("rank_", rank_)).string();
+  o.chunk_elements =
+      std::max<int64_t>(1024, static_cast<int64_t>(config_.optim.offload_chunk_mb * (1 << 20) / 4));
+  offload_ = std::make_unique<OffloadedAdamW>(std::move(segments), state_size, arena_,
+                                              config_.optim, o);
+  offload_->init_from_params();  // the parameters are initialised by now
+  log::info("optimizer state offloaded to ", o.dir, " (", config_.optim.offload_chunk_mb,
+            " MB chunks)");
+}
+
+int64_t Trainer::optimizer_steps() const {
+  return offload_ ? offload_->steps_taken() : optimizer_->steps_taken();
 }
 
 Trainer::~Trainer() {
@@ -239,7 +261,7 @@ void Trainer::resume() {
   }
   const CheckpointState state = read_checkpoint_state(dir);
   ParamStore& params = model_->params();
-  if (!mp_ && (!dp_ || dp_->zero_stage() == 0)) {
+  if (!mp_ && (!dp_ || dp_->zero_stage() == 0) && !offload_) {
     load_checkpoint_tensors(dir, params, params.data(), optimizer_->first_moment(),
                             optimizer_->second_moment());
   } else {
@@ -258,21 +280,37 @@ void Trainer::resume() {
       lm.swap(gm);
       lv.swap(gv);
     }
-    if (dp_->params_sharded())
+    if (dp_ && dp_->params_sharded())
       dp_->scatter_from_full(lp.data(), dp_->shard_params());
     else
       std::copy(lp.begin(), lp.end(), params.data());
-    if (dp_->optimizer_sharded()) {
-      dp_->scatter_from_full(lm.data(), optimizer_->first_moment());
-      dp_->scatter_from_full(lv.data(), optimizer_->second_moment());
+    // The optimizer's state layout: the ZeRO shard, or the full local layout.
+    const bool sharded = dp_ && dp_->optimizer_sharded();
+    auto to_state = [&](const std::vector<float>& full, float* out) {
+      if (sharded)
+        dp_->scatter_from_full(full.data(), out);
+      else
+        std::copy(full.begin(), full.end(), out);
+    };
+    if (offload_) {
+      std::vector<float> sp, sm, sv;
+      for (std::vector<float>* buf : {&sp, &sm, &sv})
+        buf->assign(static_cast<size_t>(offload_->state_size()), 0.0f);
+      to_state(lp, sp.data());
+      to_state(lm, sm.data());
+      to_state(lv, sv.data());
+      offload_->write_state(sp.data(), sm.data(), sv.data());
     } else {
-      std::copy(lm.begin(), lm.end(), optimizer_->first_moment());
-      std::copy(lv.begin(), lv.end(), optimizer_->second_moment());
+      to_state(lm, optimizer_->first_moment());
+      to_state(lv, optimizer_->second_moment());
     }
   }
   params.bump_version();
   step_ = state.step;
-  optimizer_->set_steps_taken(state.step);
+  if (offload_)
+    offload_->set_steps_taken(state.step);
+  else
+    optimizer_->set_steps_taken(state.step);
   if (scaler_ && state.extra.contains("loss_scaler")) scaler_->restore(state.extra["loss_scaler"]);
   if (!state.data.is_null() && !state.data.empty()) train_data_->restore(state.data);
   log::info("resumed from ", dir, " at step ", step_, " (data at ", train_data_->position(), ")");
@@ -349,8 +387,11 @@ StepResult Trainer::train_step() {
   r.lr = learning_rate(config_.optim, step_, t.steps);
   const bool finite = std::isfinite(r.grad_norm) && std::isfinite(loss);
   if (finite) {
-    optimizer_->step(static_cast<float>(r.lr),
-                     clip_coefficient(r.grad_norm, config_.optim.grad_clip) / loss_scale);
+    const float scale = clip_coefficient(r.grad_norm, config_.optim.grad_clip) / loss_scale;
+    if (offload_)
+      offload_->step(static_cast<float>(r.lr), scale);
+    else
+      optimizer_->step(static_cast<float>(r.lr), scale);
     if (dp_) dp_->after_optimizer_step();
     params.bump_version();  // the 16-bit working weights refresh from the new master values
   } else if (scaler_) {
@@ -416,13 +457,26 @@ std::string Trainer::save() {
                               {"decay", config_.optim.decay}};
   state.extra["rng"] = {
       {"generator", "philox4x32-10"}, {"seed", config_.train.seed}, {"draws_per_step", 0}};
-  state.extra["optimizer"] = {{"type", "adamw"}, {"steps_taken", optimizer_->steps_taken()}};
+  state.extra["optimizer"] = {{"type", "adamw"}, {"steps_taken", optimizer_steps()}};
   if (scaler_) state.extra["loss_scaler"] = scaler_->state();
   const auto t0 = Clock::now();
   // Checkpoints hold global tensors: shards are gathered (every rank takes part).
   const std::vector<float> params = global_params();
-  const std::vector<float> m = to_global(local_full(optimizer_->first_moment(), dp_ && dp_->optimizer_sharded()));
-  const std::vector<float> v = to_global(local_full(optimizer_->second_moment(), dp_ && dp_->optimizer_sharded()));
+  // The moments in the optimizer's state layout (read back from the files when offloaded).
+  std::vector<float> offloaded_m, offloaded_v;
+  const float* m_state = optimizer_ ? optimizer_->first_moment() : nullptr;
+  const float* v_state = optimizer_ ? optimizer_->second_moment() : nullptr;
+  if (offload_) {
+    std::vector<float> master;
+    for (std::vector<float>* buf : {&master, &offloaded_m, &offloaded_v})
+      buf->assign(static_cast<size_t>(offload_->state_size()), 0.0f);
+    offload_->read_state(master.data(), offloaded_m.data(), offloaded_v.data());
+    m_state = offloaded_m.data();
+    v_state = offloaded_v.data();
+  }
+  const bool sharded = dp_ && dp_->optimizer_sharded();
+  const std::vector<float> m = to_global(local_full(m_state, sharded));
+  const std::vector<float> v = to_global(local_full(v_state, sharded));
   std::string dir;
   if (is_rank0()) {
     const ParamStore& layout = mp_ ? mp_->whole_layout() : model_->params();

@@ -12,6 +12,7 @@
 #include "model/decoder.h"
 #include "optim/adamw.h"
 #include "optim/loss_scaler.h"
+#include "optim/offload.h"
 #include "parallel/data_parallel.h"
 #include "parallel/model_parallel.h"
 #include "parallel/pipeline_executor.h"
@@ -80,6 +81,8 @@ class Trainer {
   // Global tensors of a full local-layout buffer: on world rank 0 (collective under tp/pp).
   std::vector<float> to_global(const std::vector<float>& local_full);
   void build_model();
+  void make_optimizer(std::vector<OptimSegment> segments, int64_t state_size);
+  int64_t optimizer_steps() const;
   void heartbeat(const char* phase);
 
   RunConfig config_;
@@ -93,7 +96,8 @@ class Trainer {
   std::unique_ptr<PipelineExecutor> pipe_;  // pp > 1
   int64_t micro_batches_ = 1;               // per optimizer step and dp rank
   std::unique_ptr<LossScaler> scaler_;      // fp16
-  std::unique_ptr<AdamW> optimizer_;
+  std::unique_ptr<AdamW> optimizer_;           // or, with optim.offload = "nvme":
+  std::unique_ptr<OffloadedAdamW> offload_;    // master weights and moments in files
   std::unique_ptr<TokenSource> train_data_, val_data_;
   int32_t* inputs_ = nullptr;
   int32_t* targets_ = nullptr;
