@@ -47,7 +47,10 @@ LayerActivations allocate_layer(const ModelConfig& cfg, const ModelShard& shard,
     l.attn_norm = buf(ns * c, "attention norm");
   if (layernorm) l.attn_mean = buf(ns, "attention norm mean");
   l.attn_rstd = buf(ns, "attention norm rstd");
-  l.qkv = buf(n * shard.qkv_width(cfg), "qkv");
+  if (lowp)
+    l.qkv_lp = half(n * shard.qkv_width(cfg), "qkv (16-bit)");
+  else
+    l.qkv = buf(n * shard.qkv_width(cfg), "qkv");
   if (cfg.flash_attention())
     l.lse = buf(batch * nh * seq_len, "attention log-sum-exp");
   else if (mode == Recompute::none)
@@ -139,6 +142,7 @@ GradScratch::GradScratch(const ModelConfig& cfg, const ModelShard& shard, Arena&
   }
   // Transient f32 activations (their 16-bit copies are what the layers keep).
   transient.attn_norm = ws(ns * c, "attention norm (f32, transient)");
+  transient.qkv = ws(n * shard.qkv_width(cfg), "qkv (f32, transient)");
   transient.mlp_norm = ws(ns * c, "mlp norm (f32, transient)");
   transient.mlp_act = ws(n * f, "mlp activation (f32, transient)");
   transient.attn_out = ws(n * nh * cfg.head_dim(), "attention output (f32, transient)");

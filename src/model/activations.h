@@ -35,6 +35,7 @@ struct LayerActivations {
   // their f32 versions above are then transient buffers shared by every layer (null here).
   // attn_out stays f32 under flash attention, whose backward reads it.
   uint16_t* attn_norm_lp = nullptr;  // [ns, c]
+  uint16_t* qkv_lp = nullptr;        // [n, qkv_width] (after RoPE): attention reads these values
   uint16_t* attn_out_lp = nullptr;   // [n, nh*hd] (naive attention)
   uint16_t* mlp_norm_lp = nullptr;   // [ns, c]
   uint16_t* mlp_act_lp = nullptr;    // [n, f]

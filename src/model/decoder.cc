@@ -227,6 +227,7 @@ LayerActivations Decoder::layer_view(const ActivationStore& a, int64_t local_lay
   if (lowp()) {  // f32 versions of what the layer keeps in 16 bits are shared and transient
     const LayerActivations& t = scratch_.transient;
     if (!l.attn_norm) l.attn_norm = t.attn_norm;
+    if (!l.qkv) l.qkv = t.qkv;
     if (!l.mlp_norm) l.mlp_norm = t.mlp_norm;
     if (!l.mlp_act) l.mlp_act = t.mlp_act;
     if (!l.attn_out) l.attn_out = t.attn_out;
@@ -355,6 +356,13 @@ void Decoder::block_forward(int layer, ActivationStore& a, LayerActivations& l, 
   auto [in32, inlp] = column_input(l.attn_norm, l.attn_norm_lp, scratch_.full_a, n, true);
   linear_fwd(l.qkv, in32, inlp, bp.q_w, bp.q_b, n, c, shard_.qkv_width(cfg));
   if (cfg.family == ModelFamily::llama) k::rope_forward(l.qkv, b, t, nh, nkv, hd, cfg.rope_theta);
+  if (lowp()) {
+    // q, k, v are kept in 16 bits; attention (scores, softmax, weighted sum in f32) reads the
+    // rounded values in forward as backward will.
+    const int64_t count = n * shard_.qkv_width(cfg);
+    k::to_lowp(precision_, l.qkv_lp, l.qkv, count);
+    k::from_lowp(precision_, l.qkv, l.qkv_lp, count);
+  }
   if (cfg.flash_attention())
     k::flash_attention_forward(l.attn_out, l.lse, l.qkv, b, t, nh, nkv, hd);
   else
@@ -578,6 +586,8 @@ void Decoder::run_backward(int chunk, ActivationStore& a) {
     // Recomputation reruns exactly the forward kernels on the same inputs: the rebuilt
     // activations, and so the gradients, are bitwise those of a run that kept them.
     const Recompute mode = recompute_.for_layer(local);
+    if (lowp() && mode != Recompute::full)  // widen the kept 16-bit q, k, v for attention
+      k::from_lowp(precision_, l.qkv, l.qkv_lp, a.b * a.t * shard_.qkv_width(config_));
     if (mode == Recompute::full) {
       block_forward(layer, a, l, x);
     } else if (mode == Recompute::selective && !config_.flash_attention()) {

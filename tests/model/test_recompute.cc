@@ -4,6 +4,7 @@
 // Transformer Models", section 4) after accounting for what strata stores.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <random>
 
@@ -38,10 +39,12 @@ struct Grads {
   std::vector<float> grads;
 };
 
-Grads run(const ModelConfig& c, RecomputePolicy policy, int64_t b, int64_t t) {
+Grads run(const ModelConfig& c, RecomputePolicy policy, int64_t b, int64_t t,
+          DType precision = DType::f32) {
   Arena arena;
   DecoderOptions o;
   o.recompute = policy;
+  o.precision = precision;
   Decoder m(c, arena, b, t, o);
   m.init(7);
   m.params().zero_grads();
@@ -56,15 +59,17 @@ Grads run(const ModelConfig& c, RecomputePolicy policy, int64_t b, int64_t t) {
 }
 
 TEST(Recompute, GradientsAreBitwiseIdentical) {
+  for (DType precision : {DType::f32, DType::bf16}) {
   for (ModelFamily family : {ModelFamily::gpt2, ModelFamily::llama}) {
     for (const char* attention : {"naive", "flash"}) {
       const ModelConfig c = model(family, 3, attention);
-      const Grads want = run(c, {Recompute::none, 0}, 2, 16);
+      const Grads want = run(c, {Recompute::none, 0}, 2, 16, precision);
       for (Recompute mode : {Recompute::selective, Recompute::full}) {
         for (int64_t layers : {0, 2}) {
-          const Grads got = run(c, {mode, layers}, 2, 16);
+          const Grads got = run(c, {mode, layers}, 2, 16, precision);
           const std::string what = std::string(family_name(family)) + " " + attention + " " +
-                                   recompute_name(mode) + " layers=" + std::to_string(layers);
+                                   recompute_name(mode) + " layers=" + std::to_string(layers) +
+                                   " " + std::string(dtype_name(precision));
           EXPECT_EQ(got.losses, want.losses) << what;
           ASSERT_EQ(got.grads.size(), want.grads.size());
           EXPECT_EQ(std::memcmp(got.grads.data(), want.grads.data(),
@@ -74,6 +79,24 @@ TEST(Recompute, GradientsAreBitwiseIdentical) {
         }
       }
     }
+  }
+  }
+}
+
+// In mixed precision q, k, v are kept in 16 bits and attention runs in f32 on the rounded
+// values: flash and naive attention then see identical inputs and train alike.
+TEST(Recompute, FlashMatchesNaiveUnderMixedPrecision) {
+  for (ModelFamily family : {ModelFamily::gpt2, ModelFamily::llama}) {
+    const Grads naive = run(model(family, 2, "naive"), {}, 2, 16, DType::bf16);
+    const Grads flash = run(model(family, 2, "flash"), {}, 2, 16, DType::bf16);
+    for (size_t i = 0; i < naive.losses.size(); ++i)
+      EXPECT_NEAR(flash.losses[i], naive.losses[i], 1e-4 * naive.losses[i]);
+    double num = 0, den = 0;
+    for (size_t i = 0; i < naive.grads.size(); ++i) {
+      num += (double(flash.grads[i]) - naive.grads[i]) * (double(flash.grads[i]) - naive.grads[i]);
+      den += double(naive.grads[i]) * naive.grads[i];
+    }
+    EXPECT_LT(std::sqrt(num / den), 1e-2) << family_name(family);
   }
 }
 

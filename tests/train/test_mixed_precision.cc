@@ -78,9 +78,9 @@ TEST(MixedPrecision, MemoryAccountingShowsTheSplit) {
   EXPECT_EQ(b.current(MemCategory::optimizer), a.current(MemCategory::optimizer));
   EXPECT_EQ(b.current(MemCategory::grads), a.current(MemCategory::grads));
   // The GEMM inputs kept for backward (two norms, attention output, MLP activation per layer,
-  // the final norm) are 16-bit.
+  // the final norm) and q, k, v are 16-bit.
   const int64_t n = 4 * 32, c = 64, f = 256, layers = 2;
-  const int64_t halved = layers * (n * c + n * c + n * c + n * f) + n * c;
+  const int64_t halved = layers * (n * c + n * c + n * c + n * f + 3 * n * c) + n * c;
   EXPECT_EQ(a.current(MemCategory::activations) - b.current(MemCategory::activations), 2 * halved);
 }
 
