@@ -69,7 +69,8 @@ inline uint16_t f32_to_f16(float f) {
   uint32_t x;
   std::memcpy(&x, &f, 4);
   const uint32_t sign = (x >> 16) & 0x8000u, exp = (x >> 23) & 0xffu, mant = x & 0x7fffffu;
-  if (exp == 0xffu) return static_cast<uint16_t>(sign | 0x7c00u | (mant ? 0x200u | (mant >> 13) : 0u));
+  if (exp == 0xffu)
+    return static_cast<uint16_t>(sign | 0x7c00u | (mant ? 0x200u | (mant >> 13) : 0u));
   const int e = static_cast<int>(exp) - 127 + 15;
   if (e >= 31) return static_cast<uint16_t>(sign | 0x7c00u);
   if (e <= 0) {

@@ -54,4 +54,20 @@ int pread_exact(int fd, void* dst, size_t size, uint64_t offset) {
   return 0;
 }
 
+int pwrite_all(int fd, const void* data, size_t size, uint64_t offset) {
+  const char* p = static_cast<const char*>(data);
+  while (size > 0) {
+    const ssize_t n = ::pwrite(fd, p, std::min(size, kMaxChunk), static_cast<off_t>(offset));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    if (n == 0) return ENOSPC;
+    p += n;
+    size -= static_cast<size_t>(n);
+    offset += static_cast<uint64_t>(n);
+  }
+  return 0;
+}
+
 }  // namespace strata::io

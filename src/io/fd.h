@@ -46,4 +46,8 @@ int write_all(int fd, const void* data, size_t size);
 // file ends first.
 int pread_exact(int fd, void* dst, size_t size, uint64_t offset);
 
+// Writes all `size` bytes at `offset`; returns 0 or the errno of the failing write (a write that
+// makes no progress counts as ENOSPC, which is what it means on a full disk).
+int pwrite_all(int fd, const void* data, size_t size, uint64_t offset);
+
 }  // namespace strata::io

@@ -25,8 +25,8 @@ const char* recompute_name(Recompute r) {
 }
 
 LayerActivations allocate_layer(const ModelConfig& cfg, const ModelShard& shard, Recompute mode,
-                                Arena& arena, MemCategory category, int64_t batch,
-                                int64_t seq_len, DType precision) {
+                                Arena& arena, MemCategory category, int64_t batch, int64_t seq_len,
+                                DType precision) {
   const bool lowp = precision != DType::f32;
   const int64_t n = batch * seq_len, ns = shard.local_rows(n), c = cfg.d_model;
   const int64_t nh = shard.heads(cfg), f = shard.ffn(cfg);
@@ -76,8 +76,7 @@ LayerActivations allocate_layer(const ModelConfig& cfg, const ModelShard& shard,
 
 ActivationStore::ActivationStore(const ModelConfig& cfg, const ModelShard& shard, LayerRange range,
                                  bool embedding, bool head, Arena& arena, int64_t batch,
-                                 int64_t seq_len, const RecomputePolicy& recompute,
-                                 DType precision)
+                                 int64_t seq_len, const RecomputePolicy& recompute, DType precision)
     : b(batch), t(seq_len) {
   const int64_t n = batch * seq_len, ns = shard.local_rows(n), c = cfg.d_model;
   const bool layernorm = cfg.family == ModelFamily::gpt2;
@@ -89,7 +88,8 @@ ActivationStore::ActivationStore(const ModelConfig& cfg, const ModelShard& shard
                                     MemCategory::activations, batch, seq_len, precision));
   if (head) {
     if (precision != DType::f32)
-      final_norm_lp = arena.alloc<uint16_t>(MemCategory::activations, ns * c, "final norm (16-bit)");
+      final_norm_lp =
+          arena.alloc<uint16_t>(MemCategory::activations, ns * c, "final norm (16-bit)");
     else
       final_norm = act(arena, ns * c, "final norm");
     if (layernorm) final_mean = act(arena, ns, "final norm mean");
@@ -137,8 +137,9 @@ GradScratch::GradScratch(const ModelConfig& cfg, const ModelShard& shard, Arena&
     const int64_t largest_in = std::max({c, f, nh * cfg.head_dim()});
     const int64_t largest_w = std::max({shard.qkv_width(cfg) * c, pre_width * c, c * f,
                                         shard.vocab(cfg) * c, c * nh * cfg.head_dim()});
-    f16_wide = ws(std::max(n * largest_in + largest_w, dy_capacity + std::max(largest_w, n * largest_in)),
-                  "f16 operands widened to f32");
+    f16_wide =
+        ws(std::max(n * largest_in + largest_w, dy_capacity + std::max(largest_w, n * largest_in)),
+           "f16 operands widened to f32");
   }
   // Transient f32 activations (their 16-bit copies are what the layers keep).
   transient.attn_norm = ws(ns * c, "attention norm (f32, transient)");

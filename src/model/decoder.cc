@@ -134,7 +134,8 @@ void init_param_elements(const ModelConfig& config, const ParamInfo& info, uint6
   const CounterRng rng(seed, hash_name(info.name));
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < count; ++i)
-    out[i] = static_cast<float>(std * rng.normal(static_cast<uint64_t>(info.global_index(begin + i))));
+    out[i] =
+        static_cast<float>(std * rng.normal(static_cast<uint64_t>(info.global_index(begin + i))));
 }
 
 // ---- construction ------------------------------------------------------------------------------
@@ -177,8 +178,9 @@ Decoder::Decoder(const ModelConfig& config, Arena& arena, int64_t batch, int64_t
                                         MemCategory::workspace, batch, seq_len, precision_);
   } else if (recompute_.mode == Recompute::selective && !config_.flash_attention()) {
     const int64_t rows = batch * seq_len, heads = shard_.heads(config_);
-    recompute_buffers_.probs = arena.alloc<float>(
-        MemCategory::workspace, batch * heads * seq_len * seq_len, "recomputed attention probabilities");
+    recompute_buffers_.probs =
+        arena.alloc<float>(MemCategory::workspace, batch * heads * seq_len * seq_len,
+                           "recomputed attention probabilities");
     recompute_buffers_.attn_out = arena.alloc<float>(
         MemCategory::workspace, rows * heads * config_.head_dim(), "recomputed attention output");
   }
@@ -322,8 +324,8 @@ void Decoder::embedding_forward(ActivationStore& a, const int32_t* tokens) {
   k::embedding_range_forward(partial, a.inputs, params_.param(index_.embed),
                              shard_.vocab_begin(config_), shard_.vocab(config_), n, c);
   tp_.reduce_rows(partial, a.embed_out, n, c);
-  if (pos) k::positions_add_forward(a.embed_out, pos, shard_.first_row(n), shard_.local_rows(n),
-                                    a.t, c);
+  if (pos)
+    k::positions_add_forward(a.embed_out, pos, shard_.first_row(n), shard_.local_rows(n), a.t, c);
 }
 
 void Decoder::row_parallel(float* out, const float* x32, const uint16_t* xlp, int w, int bias,
@@ -433,9 +435,9 @@ double Decoder::loss(ActivationStore& a, const int32_t* targets, bool backward, 
   }
   double sum = 0;
   if (!tp_.active()) {
-    sum = backward ? k::cross_entropy_forward_backward(a.losses, a.logits, a.targets, n, v,
-                                                       grad_scale)
-                   : k::cross_entropy_forward(a.losses, a.logits, a.targets, n, v);
+    sum = backward
+              ? k::cross_entropy_forward_backward(a.losses, a.logits, a.targets, n, v, grad_scale)
+              : k::cross_entropy_forward(a.losses, a.logits, a.targets, n, v);
   } else {
     // Vocab-parallel: two all-reduces of per-row statistics instead of gathering the logits.
     const int64_t vl = shard_.vocab(config_), v0 = shard_.vocab_begin(config_);
@@ -446,8 +448,8 @@ double Decoder::loss(ActivationStore& a, const int32_t* targets, bool backward, 
     tp_.all_reduce(row_max, n, ReduceOp::max);
     k::vocab_parallel_ce_sums(sum_exp, target_logit, a.logits, row_max, a.targets, n, vl, v0);
     tp_.all_reduce(sum_exp, 2 * n, ReduceOp::sum);
-    sum = k::vocab_parallel_ce_finish(a.losses, a.logits, row_max, sum_exp, target_logit,
-                                      a.targets, n, vl, v0, backward, grad_scale);
+    sum = k::vocab_parallel_ce_finish(a.losses, a.logits, row_max, sum_exp, target_logit, a.targets,
+                                      n, vl, v0, backward, grad_scale);
   }
   return valid > 0 ? sum / static_cast<double>(valid) : 0.0;
 }
@@ -501,7 +503,8 @@ void Decoder::block_backward(int layer, ActivationStore& a, LayerActivations& l,
   // s.dresid now holds dL/d(residual after attention).
   dy = tp_.gather_rows(s.dresid, s.full_a, n, c);
   // Flash attention keeps attn_out in f32 (its backward reads it): round it again for the GEMM.
-  if (lowp() && cfg.flash_attention()) k::to_lowp(precision_, l.attn_out_lp, l.attn_out, n * nh * hd);
+  if (lowp() && cfg.flash_attention())
+    k::to_lowp(precision_, l.attn_out_lp, l.attn_out, n * nh * hd);
   linear_bwd(s.dattn, G(bp.o_w), G(bp.o_b), dy, l.attn_out, l.attn_out_lp, bp.o_w, n, nh * hd, c);
   if (cfg.flash_attention())
     k::flash_attention_backward(s.dqkv, s.attn_scratch, s.dattn, l.qkv, l.attn_out, l.lse, b, t, nh,
@@ -530,8 +533,8 @@ void Decoder::head_backward(ActivationStore& a) {
   // A tied head's weight gradient belongs to the embedding group: it is computed at the end of
   // backward (dlogits stay in a.logits), so that every group's gradients complete at one time.
   const auto [in32, inlp] = column_input(a.final_norm, a.final_norm_lp, s.full_b, n, false);
-  linear_bwd(dx, tied_in_place() ? nullptr : head_grad(), nullptr, a.logits, in32, inlp, head, n,
-             c, v);
+  linear_bwd(dx, tied_in_place() ? nullptr : head_grad(), nullptr, a.logits, in32, inlp, head, n, c,
+             v);
   if (tied_in_place()) hooks_->release_params(0);
   tp_.reduce_rows(dx, s.dnorm, n, c);
   std::memset(s.dresid, 0, static_cast<size_t>(ns * c) * sizeof(float));
@@ -592,8 +595,8 @@ void Decoder::run_backward(int chunk, ActivationStore& a) {
       block_forward(layer, a, l, x);
     } else if (mode == Recompute::selective && !config_.flash_attention()) {
       const ModelConfig& cfg = config_;
-      k::attention_forward(recompute_buffers_.attn_out, l.probs, l.qkv, a.b, a.t,
-                           shard_.heads(cfg), shard_.kv_heads(cfg), cfg.head_dim());
+      k::attention_forward(recompute_buffers_.attn_out, l.probs, l.qkv, a.b, a.t, shard_.heads(cfg),
+                           shard_.kv_heads(cfg), cfg.head_dim());
     }
     block_backward(layer, a, l, x);
     hooks_->end_grads(layer + 1);
@@ -633,8 +636,7 @@ const float* Decoder::chunk_output(int chunk, int slot) const {
 
 double Decoder::chunk_loss(int chunk, int slot, const int32_t* targets, bool backward,
                            float grad_scale) {
-  STRATA_CHECK(shard_.chunk_has_head(chunk), "Decoder::chunk_loss: chunk ", chunk,
-               " has no head");
+  STRATA_CHECK(shard_.chunk_has_head(chunk), "Decoder::chunk_loss: chunk ", chunk, " has no head");
   return loss(*acts_[chunk][slot], targets, backward, grad_scale);
 }
 

@@ -63,8 +63,8 @@ struct DecoderOptions {
   // padding and residency there.
   std::function<void(ParamStore&)> plan;
   std::optional<ModelShard> shard;  // default: the whole model
-  Comm* tp = nullptr;  // the tensor-parallel group (null: tp = 1)
-  RecomputePolicy recompute;  // what backward rebuilds instead of keeping (activations.h)
+  Comm* tp = nullptr;               // the tensor-parallel group (null: tp = 1)
+  RecomputePolicy recompute;        // what backward rebuilds instead of keeping (activations.h)
   // f32, or mixed precision: bf16 / f16 GEMMs with f32 accumulation on 16-bit copies of the
   // weights and of the activations the GEMMs read (which is also what is kept for backward);
   // norms, softmax, attention, the loss and every gradient stay f32, and the ParamStore's f32
@@ -149,8 +149,7 @@ class Decoder {
   // mixed precision, x rounded into `keep` (the 16-bit copy the layer keeps) and all-gathered
   // under sp. Returns (f32 input, 16-bit input); exactly one is set.
   std::pair<const float*, const uint16_t*> column_input(const float* x, uint16_t* keep,
-                                                        float* gather32, int64_t n,
-                                                        bool convert);
+                                                        float* gather32, int64_t n, bool convert);
   // The 16-bit working copy of parameter idx, refreshed from the f32 master when stale.
   const uint16_t* lowp_weight(int idx);
   bool lowp() const { return precision_ != DType::f32; }
@@ -181,10 +180,10 @@ class Decoder {
   GradScratch scratch_;
   RecomputePolicy recompute_;
   DType precision_ = DType::f32;
-  uint16_t* lowp_params_ = nullptr;           // 16-bit working weights, flat layout
-  std::vector<int64_t> lowp_version_;         // per group: ParamStore version converted
-  std::vector<const float*> lowp_source_;     // per group: the f32 buffer converted from
-  LayerActivations recompute_buffers_;  // one layer's worth, shared by every recomputed layer
+  uint16_t* lowp_params_ = nullptr;        // 16-bit working weights, flat layout
+  std::vector<int64_t> lowp_version_;      // per group: ParamStore version converted
+  std::vector<const float*> lowp_source_;  // per group: the f32 buffer converted from
+  LayerActivations recompute_buffers_;     // one layer's worth, shared by every recomputed layer
   GroupHooks no_hooks_;
   GroupHooks* hooks_ = &no_hooks_;
 };

@@ -38,11 +38,14 @@ void for_each_run(const ParamInfo& p, Fn fn) {
 }  // namespace
 
 void copy_local_to_global(const ParamInfo& p, const float* local, float* global) {
-  for_each_run(p, [&](int64_t l, int64_t g, int64_t n) { std::copy(local + l, local + l + n, global + g); });
+  for_each_run(
+      p, [&](int64_t l, int64_t g, int64_t n) { std::copy(local + l, local + l + n, global + g); });
 }
 
 void copy_global_to_local(const ParamInfo& p, const float* global, float* local) {
-  for_each_run(p, [&](int64_t l, int64_t g, int64_t n) { std::copy(global + g, global + g + n, local + l); });
+  for_each_run(p, [&](int64_t l, int64_t g, int64_t n) {
+    std::copy(global + g, global + g + n, local + l);
+  });
 }
 
 int ParamStore::add(const std::string& name, std::initializer_list<int64_t> shape, int group,
@@ -63,9 +66,9 @@ int ParamStore::add(const std::string& name, std::initializer_list<int64_t> shap
   p.slice = slice;
   p.global_shape = p.shape;
   if (slice.dim >= 0) {
-    STRATA_CHECK(slice.dim < p.ndim && slice.begin >= 0 &&
-                     slice.begin + p.shape[slice.dim] <= slice.global,
-                 "ParamStore: slice of '", name, "' lies outside its global tensor");
+    STRATA_CHECK(
+        slice.dim < p.ndim && slice.begin >= 0 && slice.begin + p.shape[slice.dim] <= slice.global,
+        "ParamStore: slice of '", name, "' lies outside its global tensor");
     p.global_shape[slice.dim] = slice.global;
   }
   by_name_[name] = static_cast<int>(params_.size());

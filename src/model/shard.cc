@@ -21,9 +21,9 @@ bool ModelShard::holds_layer(int64_t layer) const {
 std::vector<int64_t> stage_layer_counts(int64_t n_layer, int stages,
                                         const std::vector<int64_t>& explicit_counts) {
   if (!explicit_counts.empty()) {
-    STRATA_CHECK(static_cast<int>(explicit_counts.size()) == stages, "parallel.stage_layers: ",
-                 explicit_counts.size(), " entries, but pp * vpp = ", stages,
-                 " virtual stages need one layer count each");
+    STRATA_CHECK(static_cast<int>(explicit_counts.size()) == stages,
+                 "parallel.stage_layers: ", explicit_counts.size(),
+                 " entries, but pp * vpp = ", stages, " virtual stages need one layer count each");
     int64_t sum = 0;
     for (int64_t n : explicit_counts) {
       STRATA_CHECK(n >= 1, "parallel.stage_layers: every stage needs at least one layer, got ", n);
@@ -50,20 +50,25 @@ std::vector<int64_t> stage_layer_counts(int64_t n_layer, int stages,
 ModelShard make_shard(const ModelConfig& c, int tp, int tp_rank, bool sp, int pp, int pp_rank,
                       int vpp, int64_t rows, const std::vector<int64_t>& stage_layers) {
   STRATA_CHECK(tp >= 1 && tp_rank >= 0 && tp_rank < tp, "parallel.tp: bad tensor-parallel rank");
-  STRATA_CHECK(c.n_head % tp == 0, "parallel.tp = ", tp, " does not divide model.n_head = ",
-               c.n_head, "; tensor parallelism splits attention by heads, so choose tp from the "
+  STRATA_CHECK(c.n_head % tp == 0, "parallel.tp = ", tp,
+               " does not divide model.n_head = ", c.n_head,
+               "; tensor parallelism splits attention by heads, so choose tp from the "
                "divisors of n_head");
   const int64_t kv = c.kv_heads();
-  STRATA_CHECK(kv % tp == 0 || tp % kv == 0, "parallel.tp = ", tp, " cannot split model.n_kv_head = ",
-               kv, ": kv heads are split when n_kv_head is a multiple of tp, or replicated when tp "
+  STRATA_CHECK(kv % tp == 0 || tp % kv == 0, "parallel.tp = ", tp,
+               " cannot split model.n_kv_head = ", kv,
+               ": kv heads are split when n_kv_head is a multiple of tp, or replicated when tp "
                "is a multiple of n_kv_head; neither holds");
-  STRATA_CHECK(c.d_ff % tp == 0, "parallel.tp = ", tp, " does not divide the MLP width d_ff = ",
-               c.d_ff, "; set model.d_ff to a multiple of tp");
-  STRATA_CHECK(c.vocab_size % tp == 0, "parallel.tp = ", tp,
-               " does not divide model.vocab_size = ", c.vocab_size,
-               "; the vocabulary is split into equal row blocks, so pad vocab_size to a multiple of "
-               "tp");
-  STRATA_CHECK(!sp || tp > 1, "parallel.sp = true needs parallel.tp > 1 (sequence parallelism "
+  STRATA_CHECK(c.d_ff % tp == 0, "parallel.tp = ", tp,
+               " does not divide the MLP width d_ff = ", c.d_ff,
+               "; set model.d_ff to a multiple of tp");
+  STRATA_CHECK(
+      c.vocab_size % tp == 0, "parallel.tp = ", tp,
+      " does not divide model.vocab_size = ", c.vocab_size,
+      "; the vocabulary is split into equal row blocks, so pad vocab_size to a multiple of "
+      "tp");
+  STRATA_CHECK(!sp || tp > 1,
+               "parallel.sp = true needs parallel.tp > 1 (sequence parallelism "
                "shards what tensor parallelism replicates)");
   STRATA_CHECK(!sp || rows % tp == 0, "parallel.sp: a micro-batch of ", rows,
                " tokens (train.batch_size * train.seq_len) does not split into tp = ", tp,

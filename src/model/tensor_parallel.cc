@@ -29,8 +29,8 @@ const float* TensorParallel::gather_rows(const float* x, float* full, int64_t n,
   return full;
 }
 
-const uint16_t* TensorParallel::gather_rows(const uint16_t* x, uint16_t* full, int64_t n,
-                                            int64_t c, DType dtype) const {
+const uint16_t* TensorParallel::gather_rows(const uint16_t* x, uint16_t* full, int64_t n, int64_t c,
+                                            DType dtype) const {
   if (!sp_) return x;
   comm_->all_gather(x, full, n / size_ * c, dtype)->wait();
   return full;

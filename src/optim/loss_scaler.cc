@@ -19,11 +19,13 @@ void LossScaler::update(bool overflow) {
   if (!dynamic()) return;
   if (overflow) {
     if (config_.hysteresis == 1 || hysteresis_left_ == 1) {
-      STRATA_CHECK(scale_ > config_.min_loss_scale,
-                   "fp16: the gradients overflow even at the minimum loss scale (fp16.min_loss_scale "
-                   "= ", config_.min_loss_scale, ") at iteration ", iteration_,
-                   "; the model diverged in f16's range. Lower optim.lr, use train.precision = "
-                   "\"bf16\", or lower fp16.min_loss_scale");
+      STRATA_CHECK(
+          scale_ > config_.min_loss_scale,
+          "fp16: the gradients overflow even at the minimum loss scale (fp16.min_loss_scale "
+          "= ",
+          config_.min_loss_scale, ") at iteration ", iteration_,
+          "; the model diverged in f16's range. Lower optim.lr, use train.precision = "
+          "\"bf16\", or lower fp16.min_loss_scale");
       scale_ = std::max(scale_ / 2.0f, config_.min_loss_scale);
     } else {
       --hysteresis_left_;

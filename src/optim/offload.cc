@@ -12,6 +12,7 @@
 #include <system_error>
 
 #include "core/error.h"
+#include "io/fd.h"
 #include "kernels/cpu/kernels.h"
 
 namespace strata {
@@ -19,13 +20,6 @@ namespace strata {
 namespace {
 
 constexpr const char* kFileNames[3] = {"master.bin", "exp_avg.bin", "exp_avg_sq.bin"};
-// One pread/pwrite moves at most ~2 GiB on Linux; larger transfers loop in pieces of this size.
-constexpr size_t kMaxTransfer = size_t{1} << 30;
-
-std::string errno_text(int err) {
-  return std::system_category().message(err);
-}
-
 // What to do about a failed write: a full disk (or a file-size limit) needs space, anything
 // else needs a look at the disk.
 std::string write_advice(int err, const std::string& dir, int64_t state_size) {
@@ -36,49 +30,13 @@ std::string write_advice(int err, const std::string& dir, int64_t state_size) {
   return cat("check that '", dir, "' is a writable directory on a working local disk");
 }
 
-// Writes all `size` bytes at `offset`; returns 0 or the errno of the failing write (a write
-// that makes no progress counts as ENOSPC, which is what it means on a full disk).
-int pwrite_all(int fd, const void* data, size_t size, uint64_t offset) {
-  const char* p = static_cast<const char*>(data);
-  while (size > 0) {
-    const ssize_t n = ::pwrite(fd, p, std::min(size, kMaxTransfer), static_cast<off_t>(offset));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return errno;
-    }
-    if (n == 0) return ENOSPC;
-    p += n;
-    size -= static_cast<size_t>(n);
-    offset += static_cast<uint64_t>(n);
-  }
-  return 0;
-}
-
-// Reads exactly `size` bytes at `offset`; returns 0, the errno of a failing read, or -1 when the
-// file ends first.
-int pread_all(int fd, void* dst, size_t size, uint64_t offset) {
-  char* p = static_cast<char*>(dst);
-  while (size > 0) {
-    const ssize_t n = ::pread(fd, p, std::min(size, kMaxTransfer), static_cast<off_t>(offset));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return errno;
-    }
-    if (n == 0) return -1;
-    p += n;
-    size -= static_cast<size_t>(n);
-    offset += static_cast<uint64_t>(n);
-  }
-  return 0;
-}
-
 std::string read_error(const std::string& path, int err, uint64_t offset, size_t bytes) {
   if (err < 0)
     return cat("optimizer offload: '", path, "' ends before byte ", offset + bytes,
                ": the file was truncated or replaced while the optimizer used it; do not let",
                " other processes use the offload directory, and resume from a checkpoint");
   return cat("optimizer offload: cannot read ", bytes, " bytes at byte ", offset, " of '", path,
-             "': ", errno_text(err), "; check the disk, then resume from a checkpoint");
+             "': ", io::errno_text(err), "; check the disk, then resume from a checkpoint");
 }
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
@@ -165,7 +123,7 @@ void OffloadedAdamW::open_files() {
     fds_[i] = ::open(paths_[i].c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (fds_[i] < 0) {
       const int err = errno;
-      fail("optimizer offload: cannot create '", paths_[i], "': ", errno_text(err), "; ",
+      fail("optimizer offload: cannot create '", paths_[i], "': ", io::errno_text(err), "; ",
            write_advice(err, dir_, state_size_));
     }
     if (i == 0 && ::flock(fds_[0], LOCK_EX | LOCK_NB) != 0) {
@@ -173,14 +131,14 @@ void OffloadedAdamW::open_files() {
       if (err == EWOULDBLOCK)
         fail("optimizer offload: '", dir_, "' is in use by another optimizer (", paths_[0],
              " is locked); give each rank and each run its own offload directory");
-      fail("optimizer offload: cannot lock '", paths_[0], "': ", errno_text(err),
+      fail("optimizer offload: cannot lock '", paths_[0], "': ", io::errno_text(err),
            "; use a directory on a local disk");
     }
     // Truncate, then reserve the full size: the files start as zeros, and a disk too small for
     // the state fails here, naming the directory, instead of in the middle of a step.
     if (::ftruncate(fds_[i], 0) != 0) {
       const int err = errno;
-      fail("optimizer offload: cannot truncate '", paths_[i], "': ", errno_text(err), "; ",
+      fail("optimizer offload: cannot truncate '", paths_[i], "': ", io::errno_text(err), "; ",
            write_advice(err, dir_, state_size_));
     }
     if (bytes == 0) continue;
@@ -191,7 +149,7 @@ void OffloadedAdamW::open_files() {
       err = ::ftruncate(fds_[i], static_cast<off_t>(bytes)) == 0 ? 0 : errno;
     if (err != 0)
       fail("optimizer offload: cannot reserve ", bytes, " bytes for '", paths_[i],
-           "': ", errno_text(err), "; ", write_advice(err, dir_, state_size_));
+           "': ", io::errno_text(err), "; ", write_advice(err, dir_, state_size_));
   }
 }
 
@@ -214,13 +172,14 @@ std::string OffloadedAdamW::do_io(const IoRequest& request) {
   float* bufs[3] = {master_buf_ + at, m_buf_ + at, v_buf_ + at};
   for (int i = 0; i < 3; ++i) {
     if (request.kind == IoKind::read) {
-      const int err = pread_all(fds_[i], bufs[i], bytes, offset);
+      const int err = io::pread_exact(fds_[i], bufs[i], bytes, offset);
       if (err != 0) return read_error(paths_[i], err, offset, bytes);
     } else {
-      const int err = pwrite_all(fds_[i], bufs[i], bytes, offset);
+      const int err = io::pwrite_all(fds_[i], bufs[i], bytes, offset);
       if (err != 0)
         return cat("optimizer offload: cannot write ", bytes, " bytes at byte ", offset, " of '",
-                   paths_[i], "': ", errno_text(err), "; ", write_advice(err, dir_, state_size_),
+                   paths_[i], "': ", io::errno_text(err), "; ",
+                   write_advice(err, dir_, state_size_),
                    "; the optimizer state on disk is now partly updated: resume from a checkpoint");
     }
   }
@@ -347,9 +306,9 @@ void OffloadedAdamW::init_from_params() {
     const size_t bytes = static_cast<size_t>(count) * sizeof(float);
     const uint64_t offset = static_cast<uint64_t>(begin) * sizeof(float);
     for (int i = 0; i < 3; ++i) {
-      const int err = pwrite_all(fds_[i], bufs[i], bytes, offset);
+      const int err = io::pwrite_all(fds_[i], bufs[i], bytes, offset);
       if (err != 0)
-        fail("optimizer offload: cannot write '", paths_[i], "': ", errno_text(err), "; ",
+        fail("optimizer offload: cannot write '", paths_[i], "': ", io::errno_text(err), "; ",
              write_advice(err, dir_, state_size_));
     }
   }
@@ -360,7 +319,7 @@ void OffloadedAdamW::read_state(float* master, float* exp_avg, float* exp_avg_sq
   float* dst[3] = {master, exp_avg, exp_avg_sq};
   const size_t bytes = static_cast<size_t>(state_size_) * sizeof(float);
   for (int i = 0; i < 3; ++i) {
-    const int err = pread_all(fds_[i], dst[i], bytes, 0);
+    const int err = io::pread_exact(fds_[i], dst[i], bytes, 0);
     if (err != 0) fail(read_error(paths_[i], err, 0, bytes));
   }
 }
@@ -370,9 +329,9 @@ void OffloadedAdamW::write_state(const float* master, const float* exp_avg,
   const float* src[3] = {master, exp_avg, exp_avg_sq};
   const size_t bytes = static_cast<size_t>(state_size_) * sizeof(float);
   for (int i = 0; i < 3; ++i) {
-    const int err = pwrite_all(fds_[i], src[i], bytes, 0);
+    const int err = io::pwrite_all(fds_[i], src[i], bytes, 0);
     if (err != 0)
-      fail("optimizer offload: cannot write '", paths_[i], "': ", errno_text(err), "; ",
+      fail("optimizer offload: cannot write '", paths_[i], "': ", io::errno_text(err), "; ",
            write_advice(err, dir_, state_size_));
   }
   for (const OptimSegment& s : segments_)

@@ -145,7 +145,8 @@ void DataParallel::launch_bucket(int k) {
   if (opt_.zero < 2) {
     if (bf16) {
       kernels::to_lowp(DType::bf16, reduce_lp_ + b.start, params_->grads() + b.start, b.padded);
-      pending_.push_back(comm_.all_reduce(reduce_lp_ + b.start, b.padded, DType::bf16, ReduceOp::avg));
+      pending_.push_back(
+          comm_.all_reduce(reduce_lp_ + b.start, b.padded, DType::bf16, ReduceOp::avg));
     } else {
       pending_.push_back(
           comm_.all_reduce(params_->grads() + b.start, b.padded, DType::f32, ReduceOp::avg));
@@ -168,7 +169,8 @@ void DataParallel::retire_grad_slot(int slot) {
   GradSlot& s = grad_slots_[slot];
   s.work->wait();
   Bucket& b = buckets_[s.bucket];
-  if (opt_.reduce_dtype == DType::bf16) kernels::from_lowp(DType::bf16, s.reduced, s.reduced_lp, b.slice);
+  if (opt_.reduce_dtype == DType::bf16)
+    kernels::from_lowp(DType::bf16, s.reduced, s.reduced_lp, b.slice);
   kernels::add_inplace(shard_grads_ + b.local, s.reduced, b.slice);  // accumulate micro-batches
   b.grad_slot = -1;
   s.bucket = -1;

@@ -101,9 +101,9 @@ class DataParallel : public GroupHooks {
     int param_slot = -1;      // staging slot holding its gathered parameters (stage 3)
   };
   struct GradSlot {
-    float* data = nullptr;     // padded bucket of full gradients
-    float* reduced = nullptr;  // this rank's reduced slice
-    uint16_t* data_lp = nullptr;     // bf16 reduction: the bucket and its reduced slice in bf16
+    float* data = nullptr;        // padded bucket of full gradients
+    float* reduced = nullptr;     // this rank's reduced slice
+    uint16_t* data_lp = nullptr;  // bf16 reduction: the bucket and its reduced slice in bf16
     uint16_t* reduced_lp = nullptr;
     int bucket = -1;
     WorkHandle work;
@@ -135,7 +135,7 @@ class DataParallel : public GroupHooks {
   std::vector<GradSlot> grad_slots_;
   std::deque<int> grads_in_flight_;  // slots, oldest first
   std::vector<ParamSlot> param_slots_;
-  std::vector<WorkHandle> pending_;  // all-reduces of stages 0 and 1
+  std::vector<WorkHandle> pending_;   // all-reduces of stages 0 and 1
   std::vector<int> pending_buckets_;  // their buckets (bf16 reduction widens them afterwards)
   uint16_t* reduce_lp_ = nullptr;     // stages 0/1, bf16 reduction: the gradients in bf16
   bool last_micro_batch_ = true;

@@ -81,7 +81,8 @@ void ModelParallel::finish_gradients() {
     tp.all_gather(pack_, gathered_, n, DType::f32)->wait();
     const int first = tp.rank() / holders * holders;
     std::memcpy(pack_, gathered_ + first * n, static_cast<size_t>(n) * sizeof(float));
-    for (int r = first + 1; r < first + holders; ++r) kernels::add_inplace(pack_, gathered_ + r * n, n);
+    for (int r = first + 1; r < first + holders; ++r)
+      kernels::add_inplace(pack_, gathered_ + r * n, n);
     pack_spans<false>(dp_, kv_summed_, pack_);
   }
   if (tied_copy_ >= 0) {
@@ -144,7 +145,8 @@ void ModelParallel::gather(const float* local, float* whole) {
     const ParamStore& p = model_.params();
     std::vector<float> packed;
     for (const ParamInfo& info : p.all())
-      if (counted(info)) packed.insert(packed.end(), local + info.offset, local + info.offset + info.numel);
+      if (counted(info))
+        packed.insert(packed.end(), local + info.offset, local + info.offset + info.numel);
     world.send(packed.data(), static_cast<int64_t>(packed.size()), DType::f32, 0, 7)->wait();
     return;
   }

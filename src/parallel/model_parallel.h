@@ -59,13 +59,13 @@ class ModelParallel {
   DataParallel& dp_;
   ParamStore whole_;
   // Parameters whose holders' gradients are partial sums, split by who holds them.
-  std::vector<int> tp_summed_;   // replicated over the whole tp group
-  std::vector<int> kv_summed_;   // a kv head shared by a subset of the tp group
-  float* pack_ = nullptr;        // packed gradients for one collective
-  float* gathered_ = nullptr;    // tp * packed kv gradients
+  std::vector<int> tp_summed_;  // replicated over the whole tp group
+  std::vector<int> kv_summed_;  // a kv head shared by a subset of the tp group
+  float* pack_ = nullptr;       // packed gradients for one collective
+  float* gathered_ = nullptr;   // tp * packed kv gradients
   int64_t tp_summed_elems_ = 0, kv_summed_elems_ = 0;
-  int tied_copy_ = -1;           // the tied embedding on the first or last stage (pp > 1)
-  float* tied_peer_ = nullptr;   // the other stage's gradient
+  int tied_copy_ = -1;          // the tied embedding on the first or last stage (pp > 1)
+  float* tied_peer_ = nullptr;  // the other stage's gradient
 };
 
 }  // namespace strata

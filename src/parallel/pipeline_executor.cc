@@ -28,8 +28,8 @@ std::vector<int> pipeline_slots_needed(const std::vector<PipelineAction>& action
       holding[key] = true;
       peak[a.chunk] = std::max(peak[a.chunk], ++live[a.chunk]);
     }
-    const bool done = (a.kind == ActionKind::backward && !sends_grad[key]) ||
-                      a.kind == ActionKind::send_grad;
+    const bool done =
+        (a.kind == ActionKind::backward && !sends_grad[key]) || a.kind == ActionKind::send_grad;
     if (done && holding[key]) {
       holding[key] = false;
       --live[a.chunk];
@@ -109,8 +109,9 @@ PipelineStepStats PipelineExecutor::run(
     switch (a.kind) {
       case ActionKind::recv_activation: {
         const int s = acquire_slot(mb, c);
-        recv_act_[{mb, c}] = pp_.recv(model_.chunk_input(c, s), boundary_, DType::f32,
-                                      a.peer_stage % stages_, tag(kActivation, sh.global_stage(c), mb));
+        recv_act_[{mb, c}] =
+            pp_.recv(model_.chunk_input(c, s), boundary_, DType::f32, a.peer_stage % stages_,
+                     tag(kActivation, sh.global_stage(c), mb));
         break;
       }
       case ActionKind::forward: {

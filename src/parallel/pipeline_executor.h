@@ -39,8 +39,8 @@ std::vector<int> pipeline_slots_needed(const std::vector<PipelineAction>& action
 class PipelineExecutor {
  public:
   // `model` must have been built with at least pipeline_slots_needed(actions) slots per chunk.
-  PipelineExecutor(Decoder& model, Comm& pp, std::vector<PipelineAction> actions,
-                   int micro_batches, Arena& arena);
+  PipelineExecutor(Decoder& model, Comm& pp, std::vector<PipelineAction> actions, int micro_batches,
+                   Arena& arena);
 
   // One step: inputs and targets hold micro_batches micro-batches of batch * seq_len tokens.
   // before_backward(mb, chunk) runs right before each backward (gradient-sync bookkeeping).
@@ -64,9 +64,9 @@ class PipelineExecutor {
   std::vector<PipelineAction> actions_;
   int m_, v_, stages_;
   int64_t boundary_;
-  std::vector<std::vector<float*>> dout_, din_;            // [chunk][slot]
-  std::vector<std::vector<int>> slot_owner_;               // [chunk][slot] -> mb or -1
-  std::vector<std::vector<std::vector<WorkHandle>>> slot_sends_;  // pending sends from a slot
+  std::vector<std::vector<float*>> dout_, din_;                     // [chunk][slot]
+  std::vector<std::vector<int>> slot_owner_;                        // [chunk][slot] -> mb or -1
+  std::vector<std::vector<std::vector<WorkHandle>>> slot_sends_;    // pending sends from a slot
   std::map<std::pair<int, int>, WorkHandle> recv_act_, recv_grad_;  // (mb, chunk)
 };
 

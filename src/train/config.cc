@@ -3,8 +3,6 @@
 // all walk it, so a new field is one line there and cannot be forgotten by any of them.
 #include "train/config.h"
 
-#include "parallel/pipeline_schedule.h"
-
 #include <toml++/toml.h>
 
 #include <algorithm>
@@ -17,6 +15,7 @@
 #include <variant>
 
 #include "core/error.h"
+#include "parallel/pipeline_schedule.h"
 
 namespace strata {
 
@@ -443,8 +442,8 @@ void validate(RunConfig& c, const std::string& where) {
   check(t.precision == "f32" || c.parallel.zero < 3, where, "train.precision = \"", t.precision,
         "\" with parallel.zero = 3 is not supported yet (the 16-bit working weights are not "
         "sharded); use parallel.zero <= 2 or train.precision = \"f32\"");
-  check(c.optim.offload == "none" || c.optim.offload == "nvme", where,
-        "optim.offload: '", c.optim.offload, "' (expected \"none\" or \"nvme\")");
+  check(c.optim.offload == "none" || c.optim.offload == "nvme", where, "optim.offload: '",
+        c.optim.offload, "' (expected \"none\" or \"nvme\")");
   check(c.optim.offload_chunk_mb > 0, where, "optim.offload_chunk_mb: must be positive, got ",
         c.optim.offload_chunk_mb);
   const LossScalerConfig& ls = c.fp16;
@@ -523,17 +522,17 @@ void validate(RunConfig& c, const std::string& where) {
   check(p.micro_batches >= 0, where,
         "parallel.micro_batches: must be 0 (train.grad_accum) or more, got ", p.micro_batches);
   check(p.micro_batches == 0 || c.train.grad_accum == 1 || p.micro_batches == c.train.grad_accum,
-        where, "parallel.micro_batches = ", p.micro_batches, " and train.grad_accum = ",
-        c.train.grad_accum,
+        where, "parallel.micro_batches = ", p.micro_batches,
+        " and train.grad_accum = ", c.train.grad_accum,
         " both set the micro-batches of a step; set one of them (they mean the same thing)");
   check(!p.sp || p.tp > 1, where,
         "parallel.sp = true needs parallel.tp > 1 (sequence parallelism shards what tensor "
         "parallelism replicates)");
   try {
-    validate_pipeline_config(parse_schedule_kind(p.schedule), static_cast<int>(p.pp),
-                             static_cast<int>(p.micro_batches > 0 ? p.micro_batches
-                                                                  : c.train.grad_accum),
-                             static_cast<int>(p.vpp));
+    validate_pipeline_config(
+        parse_schedule_kind(p.schedule), static_cast<int>(p.pp),
+        static_cast<int>(p.micro_batches > 0 ? p.micro_batches : c.train.grad_accum),
+        static_cast<int>(p.vpp));
   } catch (const Error& e) {
     fail(where, ": ", e.what());
   }

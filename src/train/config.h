@@ -54,7 +54,8 @@ struct ParallelConfig {
   int64_t vpp = 1;   // virtual pipeline stages (model chunks) per pp rank
   std::string schedule = "1f1b";  // "gpipe", "1f1b" or "interleaved"
   int64_t micro_batches = 0;      // micro-batches per step; 0: train.grad_accum
-  std::vector<int64_t> stage_layers;  // layers per virtual stage (pp * vpp entries); empty: balanced
+  std::vector<int64_t>
+      stage_layers;             // layers per virtual stage (pp * vpp entries); empty: balanced
   double bucket_mb = 25;        // gradient bucket size for the overlapped reduction
   bool overlap = true;          // start each bucket's reduction as soon as backward fills it
   double comm_timeout_s = 300;  // every wait on a collective ends after this, naming the op

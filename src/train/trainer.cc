@@ -122,8 +122,8 @@ void Trainer::build_model() {
     o.recompute = recompute;
     o.precision = precision;
     o.plan = [this](ParamStore& params) { dp_->plan(params); };
-    const ShardSpec spec{layout.tp, layout.pp, static_cast<int>(p.vpp), p.sp, tokens,
-                         p.stage_layers};
+    const ShardSpec spec{layout.tp, layout.pp, static_cast<int>(p.vpp),
+                         p.sp,      tokens,    p.stage_layers};
     std::vector<PipelineAction> actions;
     if (layout.tp > 1 || layout.pp > 1) {
       ModelConfig mc = config_.model;
@@ -160,14 +160,13 @@ void Trainer::make_optimizer(std::vector<OptimSegment> segments, int64_t state_s
     return;
   }
   OffloadOptions o;
-  const fs::path root = config_.optim.offload_dir.empty()
-                            ? fs::path(config_.run.dir) / "offload"
-                            : fs::path(config_.optim.offload_dir);
+  const fs::path root = config_.optim.offload_dir.empty() ? fs::path(config_.run.dir) / "offload"
+                                                          : fs::path(config_.optim.offload_dir);
   o.dir = (root / cat("rank_", rank_)).string();
   o.chunk_elements =
       std::max<int64_t>(1024, static_cast<int64_t>(config_.optim.offload_chunk_mb * (1 << 20) / 4));
-  offload_ = std::make_unique<OffloadedAdamW>(std::move(segments), state_size, arena_,
-                                              config_.optim, o);
+  offload_ =
+      std::make_unique<OffloadedAdamW>(std::move(segments), state_size, arena_, config_.optim, o);
   offload_->init_from_params();  // the parameters are initialised by now
   log::info("optimizer state offloaded to ", o.dir, " (", config_.optim.offload_chunk_mb,
             " MB chunks)");
@@ -342,9 +341,8 @@ StepResult Trainer::train_step() {
       train_data_->next(inputs_ + mb * tokens, targets_ + mb * tokens);
     r.data_s += seconds_since(tick);
     const PipelineStepStats st =
-        pipe_->run(inputs_, targets_, grad_scale, [this, m](int mb, int /*chunk*/) {
-          dp_->begin_micro_batch(mb == m - 1);
-        });
+        pipe_->run(inputs_, targets_, grad_scale,
+                   [this, m](int mb, int /*chunk*/) { dp_->begin_micro_batch(mb == m - 1); });
     r.compute_s = st.compute_s;
     r.bubble_s = st.wall_s - st.compute_s;
     // The last stage computed the losses; the bubble is averaged over the stages.
@@ -382,7 +380,9 @@ StepResult Trainer::train_step() {
   tick = Clock::now();
   // The norm is global (every rank computes the same value), so every rank takes the same
   // decision below, including an fp16 overflow skip.
-  r.grad_norm = (mp_ ? mp_->grad_norm() : dp_ ? dp_->grad_norm() : global_grad_norm(params)) /
+  r.grad_norm = (mp_   ? mp_->grad_norm()
+                 : dp_ ? dp_->grad_norm()
+                       : global_grad_norm(params)) /
                 static_cast<double>(loss_scale);
   r.lr = learning_rate(config_.optim, step_, t.steps);
   const bool finite = std::isfinite(r.grad_norm) && std::isfinite(loss);

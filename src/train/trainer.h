@@ -92,12 +92,12 @@ class Trainer {
   std::string data_dir_, tokenizer_path_;
   std::unique_ptr<Decoder> model_;
   std::unique_ptr<DataParallel> dp_;
-  std::unique_ptr<ModelParallel> mp_;       // tp > 1 or pp > 1
-  std::unique_ptr<PipelineExecutor> pipe_;  // pp > 1
-  int64_t micro_batches_ = 1;               // per optimizer step and dp rank
-  std::unique_ptr<LossScaler> scaler_;      // fp16
-  std::unique_ptr<AdamW> optimizer_;           // or, with optim.offload = "nvme":
-  std::unique_ptr<OffloadedAdamW> offload_;    // master weights and moments in files
+  std::unique_ptr<ModelParallel> mp_;        // tp > 1 or pp > 1
+  std::unique_ptr<PipelineExecutor> pipe_;   // pp > 1
+  int64_t micro_batches_ = 1;                // per optimizer step and dp rank
+  std::unique_ptr<LossScaler> scaler_;       // fp16
+  std::unique_ptr<AdamW> optimizer_;         // or, with optim.offload = "nvme":
+  std::unique_ptr<OffloadedAdamW> offload_;  // master weights and moments in files
   std::unique_ptr<TokenSource> train_data_, val_data_;
   int32_t* inputs_ = nullptr;
   int32_t* targets_ = nullptr;

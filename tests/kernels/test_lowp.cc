@@ -19,12 +19,26 @@ namespace {
 using namespace testing;
 
 std::vector<float> edge_values() {
-  std::vector<float> v = {0.0f, -0.0f, 1.0f, -1.0f, 65504.0f, 65519.0f, 65520.0f, 1e5f, -1e5f,
-                          6.1035156e-5f, 5.9604645e-8f, 2.9802322e-8f, 2.98023259e-8f, 1e-10f,
+  std::vector<float> v = {0.0f,
+                          -0.0f,
+                          1.0f,
+                          -1.0f,
+                          65504.0f,
+                          65519.0f,
+                          65520.0f,
+                          1e5f,
+                          -1e5f,
+                          6.1035156e-5f,
+                          5.9604645e-8f,
+                          2.9802322e-8f,
+                          2.98023259e-8f,
+                          1e-10f,
                           std::numeric_limits<float>::infinity(),
                           -std::numeric_limits<float>::infinity(),
                           std::numeric_limits<float>::quiet_NaN(),
-                          std::numeric_limits<float>::denorm_min(), 1.00390625f, 1.01171875f,
+                          std::numeric_limits<float>::denorm_min(),
+                          1.00390625f,
+                          1.01171875f,
                           3.4028235e38f};
   std::mt19937 rng(5);
   for (int i = 0; i < 20000; ++i) {  // random bit patterns: every exponent, NaN payloads

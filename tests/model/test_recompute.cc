@@ -60,26 +60,26 @@ Grads run(const ModelConfig& c, RecomputePolicy policy, int64_t b, int64_t t,
 
 TEST(Recompute, GradientsAreBitwiseIdentical) {
   for (DType precision : {DType::f32, DType::bf16}) {
-  for (ModelFamily family : {ModelFamily::gpt2, ModelFamily::llama}) {
-    for (const char* attention : {"naive", "flash"}) {
-      const ModelConfig c = model(family, 3, attention);
-      const Grads want = run(c, {Recompute::none, 0}, 2, 16, precision);
-      for (Recompute mode : {Recompute::selective, Recompute::full}) {
-        for (int64_t layers : {0, 2}) {
-          const Grads got = run(c, {mode, layers}, 2, 16, precision);
-          const std::string what = std::string(family_name(family)) + " " + attention + " " +
-                                   recompute_name(mode) + " layers=" + std::to_string(layers) +
-                                   " " + std::string(dtype_name(precision));
-          EXPECT_EQ(got.losses, want.losses) << what;
-          ASSERT_EQ(got.grads.size(), want.grads.size());
-          EXPECT_EQ(std::memcmp(got.grads.data(), want.grads.data(),
-                                got.grads.size() * sizeof(float)),
-                    0)
-              << what;
+    for (ModelFamily family : {ModelFamily::gpt2, ModelFamily::llama}) {
+      for (const char* attention : {"naive", "flash"}) {
+        const ModelConfig c = model(family, 3, attention);
+        const Grads want = run(c, {Recompute::none, 0}, 2, 16, precision);
+        for (Recompute mode : {Recompute::selective, Recompute::full}) {
+          for (int64_t layers : {0, 2}) {
+            const Grads got = run(c, {mode, layers}, 2, 16, precision);
+            const std::string what = std::string(family_name(family)) + " " + attention + " " +
+                                     recompute_name(mode) + " layers=" + std::to_string(layers) +
+                                     " " + std::string(dtype_name(precision));
+            EXPECT_EQ(got.losses, want.losses) << what;
+            ASSERT_EQ(got.grads.size(), want.grads.size());
+            EXPECT_EQ(
+                std::memcmp(got.grads.data(), want.grads.data(), got.grads.size() * sizeof(float)),
+                0)
+                << what;
+          }
         }
       }
     }
-  }
   }
 }
 
@@ -132,10 +132,12 @@ double formula_bytes(ModelFamily family, Recompute mode, int64_t b, int64_t s) {
   const double sbh = static_cast<double>(b * s * c.d_model), h = static_cast<double>(c.d_model);
   const double a = static_cast<double>(c.n_head);
   const double qkv = static_cast<double>(c.qkv_width()) / h;
-  const double mlp = family == ModelFamily::gpt2 ? 4.0 + 4.0 : 3.0 * static_cast<double>(c.d_ff) / h;
+  const double mlp =
+      family == ModelFamily::gpt2 ? 4.0 + 4.0 : 3.0 * static_cast<double>(c.d_ff) / h;
   // QKV input, Q/K/V, output-projection input, MLP input, MLP tensors, two LayerNorm inputs
   const double kept = 1.0 + qkv + 1.0 + 1.0 + mlp + 2.0;
-  const double attention = a * static_cast<double>(s) * static_cast<double>(s) * static_cast<double>(b);
+  const double attention =
+      a * static_cast<double>(s) * static_cast<double>(s) * static_cast<double>(b);
   switch (mode) {
     case Recompute::none:
       return 4.0 * (kept * sbh + attention);
@@ -151,12 +153,14 @@ TEST(Recompute, ActivationBytesMatchKorthikanti) {
   for (ModelFamily family : {ModelFamily::gpt2, ModelFamily::llama}) {
     for (Recompute mode : {Recompute::none, Recompute::selective, Recompute::full}) {
       for (int64_t s : {16, 32}) {
-        const double got = layer_bytes(family, mode, 2, s), want = formula_bytes(family, mode, 2, s);
+        const double got = layer_bytes(family, mode, 2, s),
+                     want = formula_bytes(family, mode, 2, s);
         EXPECT_NEAR(got, want, 0.10 * want)
             << family_name(family) << " " << recompute_name(mode) << " s=" << s;
-        std::printf("%s %-9s b=2 s=%-3lld h=64 a=4: arena %8.0f bytes/layer, formula %8.0f (%+.1f%%)\n",
-                    family_name(family), recompute_name(mode), static_cast<long long>(s), got, want,
-                    100.0 * (got - want) / want);
+        std::printf(
+            "%s %-9s b=2 s=%-3lld h=64 a=4: arena %8.0f bytes/layer, formula %8.0f (%+.1f%%)\n",
+            family_name(family), recompute_name(mode), static_cast<long long>(s), got, want,
+            100.0 * (got - want) / want);
       }
     }
   }

@@ -76,9 +76,8 @@ source = "synthetic"
 bucket_mb = 0.02
 )",
       "test",
-      {"model.family=" + k.family, "run.dir=" + dir, "run.resume=none",
-       cat("train.steps=", kSteps), cat("train.batch_size=", batch),
-       cat("train.grad_accum=", accum)});
+      {"model.family=" + k.family, "run.dir=" + dir, "run.resume=none", cat("train.steps=", kSteps),
+       cat("train.batch_size=", batch), cat("train.grad_accum=", accum)});
   if (k.family == "llama") c.model.n_kv_head = 2;  // tp 4 and 8 share each kv head
   c.parallel.tp = k.tp;
   c.parallel.pp = k.pp;
@@ -129,9 +128,9 @@ const RunResult& reference(const Case& k) {
   one.schedule = "1f1b";
   one.recompute = "none";
   one.grad_reduce = "f32";
-  const RunConfig c = config_for(
-      one, kBatch * k.dp, k.micro_batches,
-      (fs::temp_directory_path() / cat("strata_test_mp_ref_", key)).string());
+  const RunConfig c =
+      config_for(one, kBatch * k.dp, k.micro_batches,
+                 (fs::temp_directory_path() / cat("strata_test_mp_ref_", key)).string());
   return cache[key] = train(c, nullptr);
 }
 
@@ -178,7 +177,8 @@ TEST_P(LayoutEquivalence, MatchesOneProcess) {
 
 std::vector<Case> all_cases() {
   const int world = world_size();
-  const bool ci = std::getenv("STRATA_LAYOUTS") && std::string(std::getenv("STRATA_LAYOUTS")) == "ci";
+  const bool ci =
+      std::getenv("STRATA_LAYOUTS") && std::string(std::getenv("STRATA_LAYOUTS")) == "ci";
   std::vector<Case> out;
   const int sizes[] = {1, 2, 4, 8};
   for (const char* family : {"gpt2", "llama"}) {
@@ -221,7 +221,8 @@ std::vector<Case> all_cases() {
     h.dp = world / (h.tp * h.pp);
     h.zero = h.dp > 1 ? 1 : 0;
     out.push_back(h);
-    if (world >= 4) out.push_back(Case{"llama", 2, 1, world / 2, 1, 2, true, "1f1b", 4, "none", "bf16"});
+    if (world >= 4)
+      out.push_back(Case{"llama", 2, 1, world / 2, 1, 2, true, "1f1b", 4, "none", "bf16"});
     // Gradients reduced in bf16 (parallel.grad_reduce_dtype), ZeRO-1 and ZeRO-2.
     for (int zero : {1, 2}) {
       Case r{"gpt2", 1, 1, world, 1, zero, false, "1f1b", 4, "none", "bf16"};
@@ -231,8 +232,8 @@ std::vector<Case> all_cases() {
   }
   if (world >= 4) {
     out.push_back(Case{"gpt2", 2, 2, world / 4, 1, world / 4 > 1 ? 1 : 0, true, "1f1b", 4, "full"});
-    out.push_back(
-        Case{"llama", 2, 2, world / 4, 2, world / 4 > 1 ? 1 : 0, false, "interleaved", 4, "selective"});
+    out.push_back(Case{"llama", 2, 2, world / 4, 2, world / 4 > 1 ? 1 : 0, false, "interleaved", 4,
+                       "selective"});
   } else {
     out.push_back(Case{"gpt2", 2, 1, 1, 1, 0, true, "1f1b", 4, "full"});
     out.push_back(Case{"llama", 1, 2, 1, 1, 0, false, "1f1b", 4, "selective"});
@@ -274,7 +275,8 @@ TEST(ModelParallelCheckpoint, ResumesOnAnotherLayout) {
     return r;
   };
   ProcessGroups g = ProcessGroups::create(resolve_layout(c.tp, c.pp, c.dp, c.zero, world));
-  const RunResult other = resumed(config_for(c, kBatch, c.micro_batches, cat(base, "c_", rank)), &g);
+  const RunResult other =
+      resumed(config_for(c, kBatch, c.micro_batches, cat(base, "c_", rank)), &g);
   int ok = 1;
   if (rank == 0) {
     const RunResult& want = reference(a);
@@ -360,10 +362,12 @@ TEST(ModelParallelMemory, SequenceParallelShardsTheReplicatedActivations) {
       bytes[sp] = t.arena().current(MemCategory::activations);
       model = t.model().config();
     }
-    const int64_t n = kBatch * kSeq, c = model.d_model, stats = family == std::string("gpt2") ? 2 : 1;
+    const int64_t n = kBatch * kSeq, c = model.d_model,
+                  stats = family == std::string("gpt2") ? 2 : 1;
     // Per layer: attention norm, residual after attention, mlp norm, block output, and two norms'
     // statistics; plus the embedding output, the final norm and its statistics.
-    const int64_t elements = model.n_layer * (4 * n * c + 2 * stats * n) + n * c + n * c + stats * n;
+    const int64_t elements =
+        model.n_layer * (4 * n * c + 2 * stats * n) + n * c + n * c + stats * n;
     EXPECT_EQ(bytes[0] - bytes[1], 4 * elements / 2) << family;
   }
 }

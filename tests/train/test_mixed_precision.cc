@@ -58,8 +58,8 @@ TEST(MixedPrecision, Bf16AndFp16TrainLikeF32) {
     const std::string f = family;
     const auto want = losses(config("f32", "f32_" + f, {"model.family=" + f}));
     for (const char* precision : {"bf16", "fp16"}) {
-      const auto got = losses(config(precision, std::string(precision) + "_" + f,
-                                     {"model.family=" + f}));
+      const auto got =
+          losses(config(precision, std::string(precision) + "_" + f, {"model.family=" + f}));
       ASSERT_EQ(got.size(), want.size());
       for (size_t i = 0; i < got.size(); ++i)  // 16-bit GEMM inputs: ~3 significant digits
         EXPECT_NEAR(got[i], want[i], 2e-3 * want[i]) << precision << " " << f << " step " << i + 1;

@@ -60,7 +60,8 @@ TEST(OffloadTraining, BitwiseLikeInMemoryAndSmallResidentState) {
   for (const char* precision : {"f32", "bf16"}) {
     const std::string p = precision;
     const RunResult want = train(config("mem_" + p, {"train.precision=" + p}));
-    const RunResult got = train(config("nvme_" + p, {"train.precision=" + p, "optim.offload=nvme"}));
+    const RunResult got =
+        train(config("nvme_" + p, {"train.precision=" + p, "optim.offload=nvme"}));
     EXPECT_EQ(got.losses, want.losses) << p;
     EXPECT_EQ(std::memcmp(got.params.data(), want.params.data(), got.params.size() * 4), 0) << p;
   }
@@ -69,20 +70,21 @@ TEST(OffloadTraining, BitwiseLikeInMemoryAndSmallResidentState) {
   const int64_t in_memory = mem.arena().current(MemCategory::optimizer);
   const int64_t offloaded =
       nvme.arena().current(MemCategory::optimizer) + nvme.arena().current(MemCategory::master);
-  EXPECT_LT(offloaded, in_memory / 2) << "resident optimizer state: " << offloaded << " vs "
-                                      << in_memory;
+  EXPECT_LT(offloaded, in_memory / 2)
+      << "resident optimizer state: " << offloaded << " vs " << in_memory;
 }
 
 TEST(OffloadTraining, ResumesBitwiseFromACheckpoint) {
   const RunResult whole = train(config("whole", {"optim.offload=nvme"}));
   const RunConfig part = config("part", {"optim.offload=nvme"});
-  train(part, 4);  // 4 steps, then a checkpoint
+  train(part, 4);   // 4 steps, then a checkpoint
   Trainer t(part);  // resumes: master and moments written back into the files
   ASSERT_EQ(t.step(), 4);
   std::vector<double> losses;
   while (t.step() < part.train.steps) losses.push_back(t.train_step().loss);
   for (size_t i = 0; i < losses.size(); ++i) EXPECT_EQ(losses[i], whole.losses[4 + i]);
-  EXPECT_EQ(std::memcmp(t.model().params().data(), whole.params.data(), whole.params.size() * 4), 0);
+  EXPECT_EQ(std::memcmp(t.model().params().data(), whole.params.data(), whole.params.size() * 4),
+            0);
 }
 
 }  // namespace

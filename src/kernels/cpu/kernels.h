@@ -38,8 +38,8 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, floa
 // f16 has no GEMM on this CPU, so its operands are widened into f32_scratch (lowp_f32_scratch
 // elements; null for bf16) and the f32 GEMM runs: f16 numerics (values rounded to f16, overflow
 // to inf) at f32 speed.
-void linear_forward_lowp(DType t, float* y, const uint16_t* x, const uint16_t* w,
-                         const float* bias, int64_t n, int64_t in, int64_t out, float* f32_scratch);
+void linear_forward_lowp(DType t, float* y, const uint16_t* x, const uint16_t* w, const float* bias,
+                         int64_t n, int64_t in, int64_t out, float* f32_scratch);
 // dx[n,in] (f32, overwritten, may be null) = dy * w; dw[out,in] (f32, may be null) += dy^T * x;
 // dbias += column sums of dy. dy (f32) is rounded to t in blocks of rows that fit dy_lowp
 // (capacity elements, at least `out`), so the output gradient never exists whole in t.
@@ -136,8 +136,8 @@ void embedding_range_backward(float* dwte_rows, const float* dout, const int32_t
 // out[i] += wpe[(first_row + i) % t]; backward dwpe[(first_row + i) % t] += dout[i].
 void positions_add_forward(float* out, const float* wpe, int64_t first_row, int64_t n, int64_t t,
                            int64_t c);
-void positions_add_backward(float* dwpe, const float* dout, int64_t first_row, int64_t n,
-                            int64_t t, int64_t c);
+void positions_add_backward(float* dwpe, const float* dout, int64_t first_row, int64_t n, int64_t t,
+                            int64_t c);
 // Vocabulary-parallel softmax cross-entropy (Megatron-LM's): each rank holds logits[n, v_local]
 // of its vocabulary block; the full logits are never gathered. Between the steps the caller
 // reduces over the ranks: row_max by max, then sum_exp and target_logit by sum.
@@ -157,7 +157,7 @@ double vocab_parallel_ce_finish(float* losses, float* logits, const float* row_m
                                 int64_t vocab_begin, bool backward, float grad_scale);
 
 // ---- Element-wise -------------------------------------------------------------------------------
-void add_bias(float* y, const float* bias, int64_t n, int64_t c);    // y[i, :] += bias
+void add_bias(float* y, const float* bias, int64_t n, int64_t c);     // y[i, :] += bias
 void add(float* out, const float* a, const float* b, int64_t count);  // out = a + b
 void add_inplace(float* y, const float* x, int64_t count);            // y += x
 void scale_inplace(float* y, float s, int64_t count);                 // y *= s

@@ -46,7 +46,8 @@ void to_f16(uint16_t* out, const float* in, int64_t count) {
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < count; i += 16) {
     const __mmask16 m = vec::tail_mask(i, count);
-    const __m256i h = _mm512_cvtps_ph(vec::load(in + i, m), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m256i h =
+        _mm512_cvtps_ph(vec::load(in + i, m), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     _mm256_mask_storeu_epi16(out + i, m, h);
   }
 }
@@ -60,8 +61,8 @@ void from_f16(float* out, const uint16_t* in, int64_t count) {
 }
 
 void check_lowp(DType t) {
-  STRATA_CHECK(t == DType::bf16 || t == DType::f16, "low-precision kernel: dtype ",
-               dtype_name(t), " is not bf16 or f16");
+  STRATA_CHECK(t == DType::bf16 || t == DType::f16, "low-precision kernel: dtype ", dtype_name(t),
+               " is not bf16 or f16");
 }
 
 // op(A) * op(B) for operands of type t: bf16 directly; f16 widened into scratch first.
@@ -92,9 +93,8 @@ void from_lowp(DType t, float* out, const uint16_t* in, int64_t count) {
   t == DType::bf16 ? from_bf16(out, in, count) : from_f16(out, in, count);
 }
 
-void linear_forward_lowp(DType t, float* y, const uint16_t* x, const uint16_t* w,
-                         const float* bias, int64_t n, int64_t in, int64_t out,
-                         float* f32_scratch) {
+void linear_forward_lowp(DType t, float* y, const uint16_t* x, const uint16_t* w, const float* bias,
+                         int64_t n, int64_t in, int64_t out, float* f32_scratch) {
   check_lowp(t);
   float beta = 0.0f;
   if (bias) {
@@ -106,9 +106,8 @@ void linear_forward_lowp(DType t, float* y, const uint16_t* x, const uint16_t* w
 }
 
 void linear_backward_lowp(DType t, float* dx, float* dw, float* dbias, const float* dy,
-                          uint16_t* dy_lowp, int64_t capacity, const uint16_t* x,
-                          const uint16_t* w, int64_t n, int64_t in, int64_t out,
-                          float* f32_scratch) {
+                          uint16_t* dy_lowp, int64_t capacity, const uint16_t* x, const uint16_t* w,
+                          int64_t n, int64_t in, int64_t out, float* f32_scratch) {
   check_lowp(t);
   STRATA_CHECK(capacity >= out, "linear_backward_lowp: a dy block of ", capacity,
                " elements cannot hold one row of ", out);

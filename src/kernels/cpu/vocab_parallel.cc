@@ -60,8 +60,8 @@ void positions_add_forward(float* out, const float* wpe, int64_t first_row, int6
   }
 }
 
-void positions_add_backward(float* dwpe, const float* dout, int64_t first_row, int64_t n,
-                            int64_t t, int64_t c) {
+void positions_add_backward(float* dwpe, const float* dout, int64_t first_row, int64_t n, int64_t t,
+                            int64_t c) {
   const int64_t slice = slice_width(c), slices = (c + slice - 1) / slice;
 #pragma omp parallel for schedule(static)
   for (int64_t s = 0; s < slices; ++s) {
