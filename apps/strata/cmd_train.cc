@@ -6,8 +6,8 @@
 #include "comm/layout.h"
 #include "comm/mpi_runtime.h"
 #include "comm/process_groups.h"
-#include "model/shard.h"
 #include "commands.h"
+#include "model/shard.h"
 #include "train/config.h"
 #include "train/trainer.h"
 
