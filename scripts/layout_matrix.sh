@@ -10,6 +10,6 @@ export OMP_NUM_THREADS=1 GLIBC_TUNABLES=glibc.malloc.hugetlb=1
 for np in 2 4 8; do
   echo "== $np ranks"
   mpirun --allow-run-as-root --oversubscribe --mca btl self,vader -np "$np" \
-    "$build/tests/parallel/strata_test_model_parallel" --gtest_brief=1 2>&1 |
+    "$build/tests/parallel/strata_test_model_parallel" --gtest_brief=1 --gtest_color=no 2>&1 |
     grep -E "^\[  (PASSED|FAILED) |FAILED|tests? from .* ran" || true
 done
