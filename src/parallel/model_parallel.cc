@@ -1,5 +1,6 @@
 #include "parallel/model_parallel.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -41,6 +42,8 @@ ModelParallel::ModelParallel(ProcessGroups& groups, const ModelConfig& config,
   if (kv_summed_elems_ > 0)
     gathered_ = arena.alloc<float>(MemCategory::comm, kv_summed_elems_ * groups.tp().size(),
                                    "shared kv gradients");
+  norm_bits_.resize(static_cast<size_t>(
+      2 * std::max({groups.dp().size(), groups.tp().size(), groups.pp().size()})));
   const ModelShard& sh = model.shard();
   if (config_.tie_embeddings && sh.pp > 1 && (sh.has_embedding || sh.has_head)) {
     tied_copy_ = sh.has_embedding ? model.index().embed : model.index().head;
@@ -101,10 +104,10 @@ void ModelParallel::finish_gradients() {
 }
 
 namespace {
-// Sums one double per rank exactly and in rank order: the bits travel as two int32.
-double sum_exactly(Comm& comm, double value) {
+// Sums one double per rank exactly and in rank order: the bits travel as two int32 (`all` has
+// room for 2 * comm.size(), allocated once).
+double sum_exactly(Comm& comm, double value, std::vector<int32_t>& all) {
   if (comm.size() == 1) return value;
-  std::vector<int32_t> all(static_cast<size_t>(2 * comm.size()));
   int32_t mine[2];
   std::memcpy(mine, &value, sizeof(double));
   comm.all_gather(mine, all.data(), 2, DType::i32)->wait();
@@ -127,9 +130,9 @@ double ModelParallel::grad_norm() {
     for (const GradSpan& span : dp_.grad_spans(i))
       local += kernels::sum_squares(span.grad, span.count);
   }
-  if (dp_.zero_stage() >= 2) local = sum_exactly(groups_.dp(), local);
-  local = sum_exactly(groups_.tp(), local);
-  local = sum_exactly(groups_.pp(), local);
+  if (dp_.zero_stage() >= 2) local = sum_exactly(groups_.dp(), local, norm_bits_);
+  local = sum_exactly(groups_.tp(), local, norm_bits_);
+  local = sum_exactly(groups_.pp(), local, norm_bits_);
   return std::sqrt(local);
 }
 

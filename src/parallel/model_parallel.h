@@ -64,8 +64,9 @@ class ModelParallel {
   float* pack_ = nullptr;       // packed gradients for one collective
   float* gathered_ = nullptr;   // tp * packed kv gradients
   int64_t tp_summed_elems_ = 0, kv_summed_elems_ = 0;
-  int tied_copy_ = -1;          // the tied embedding on the first or last stage (pp > 1)
-  float* tied_peer_ = nullptr;  // the other stage's gradient
+  int tied_copy_ = -1;              // the tied embedding on the first or last stage (pp > 1)
+  float* tied_peer_ = nullptr;      // the other stage's gradient
+  std::vector<int32_t> norm_bits_;  // every rank's partial norm, as bits (grad_norm)
 };
 
 }  // namespace strata

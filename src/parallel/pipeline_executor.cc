@@ -1,6 +1,8 @@
 #include "parallel/pipeline_executor.h"
 
+#include <algorithm>
 #include <chrono>
+#include <map>
 
 #include "core/error.h"
 
@@ -59,7 +61,10 @@ PipelineExecutor::PipelineExecutor(Decoder& model, Comm& pp, std::vector<Pipelin
     }
     slot_owner_[c].assign(static_cast<size_t>(slots[c]), -1);
     slot_sends_[c].resize(static_cast<size_t>(slots[c]));
+    for (auto& sends : slot_sends_[c]) sends.reserve(4);
   }
+  recv_act_.resize(static_cast<size_t>(v_ * m_));
+  recv_grad_.resize(static_cast<size_t>(v_ * m_));
 }
 
 int PipelineExecutor::tag(int kind, int receiver_stage, int mb) const {
@@ -109,7 +114,7 @@ PipelineStepStats PipelineExecutor::run(
     switch (a.kind) {
       case ActionKind::recv_activation: {
         const int s = acquire_slot(mb, c);
-        recv_act_[{mb, c}] =
+        recv_act_[c * m_ + mb] =
             pp_.recv(model_.chunk_input(c, s), boundary_, DType::f32, a.peer_stage % stages_,
                      tag(kActivation, sh.global_stage(c), mb));
         break;
@@ -117,11 +122,11 @@ PipelineStepStats PipelineExecutor::run(
       case ActionKind::forward: {
         const int s = acquire_slot(mb, c);
         if (!sh.chunk_has_embedding(c)) {
-          auto it = recv_act_.find({mb, c});
-          STRATA_CHECK(it != recv_act_.end(), "pipeline executor: forward of micro-batch ", mb,
-                       " chunk ", c, " before its activation was received");
-          wait_timed(it->second);
-          recv_act_.erase(it);
+          WorkHandle& w = recv_act_[c * m_ + mb];
+          STRATA_CHECK(w != nullptr, "pipeline executor: forward of micro-batch ", mb, " chunk ", c,
+                       " before its activation was received");
+          wait_timed(w);
+          w.reset();
         }
         const auto t0 = Clock::now();
         model_.chunk_forward(c, s, inputs + mb * tokens);
@@ -141,18 +146,19 @@ PipelineStepStats PipelineExecutor::run(
         const int s = slot_of(mb, c);
         STRATA_CHECK(s >= 0, "pipeline executor: gradient for micro-batch ", mb, " chunk ", c,
                      " before its forward");
-        recv_grad_[{mb, c}] = pp_.recv(dout_[c][s], boundary_, DType::f32, a.peer_stage % stages_,
-                                       tag(kGradient, sh.global_stage(c), mb));
+        recv_grad_[c * m_ + mb] =
+            pp_.recv(dout_[c][s], boundary_, DType::f32, a.peer_stage % stages_,
+                     tag(kGradient, sh.global_stage(c), mb));
         break;
       }
       case ActionKind::backward: {
         const int s = slot_of(mb, c);
         if (!sh.chunk_has_head(c)) {
-          auto it = recv_grad_.find({mb, c});
-          STRATA_CHECK(it != recv_grad_.end(), "pipeline executor: backward of micro-batch ", mb,
-                       " chunk ", c, " before its gradient was received");
-          wait_timed(it->second);
-          recv_grad_.erase(it);
+          WorkHandle& w = recv_grad_[c * m_ + mb];
+          STRATA_CHECK(w != nullptr, "pipeline executor: backward of micro-batch ", mb, " chunk ",
+                       c, " before its gradient was received");
+          wait_timed(w);
+          w.reset();
         }
         if (before_backward) before_backward(mb, c);
         const auto t0 = Clock::now();
@@ -177,7 +183,10 @@ PipelineStepStats PipelineExecutor::run(
       for (WorkHandle& w : sends) wait_timed(w);
       sends.clear();
     }
-  STRATA_CHECK(recv_act_.empty() && recv_grad_.empty(),
+  auto pending = [](const std::vector<WorkHandle>& v) {
+    return std::any_of(v.begin(), v.end(), [](const WorkHandle& w) { return w != nullptr; });
+  };
+  STRATA_CHECK(!pending(recv_act_) && !pending(recv_grad_),
                "pipeline executor: receives left unmatched at the end of the step");
   st.wall_s = since(t_start);
   return st;

@@ -14,7 +14,6 @@
 #pragma once
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <utility>
 #include <vector>
 
@@ -64,10 +63,11 @@ class PipelineExecutor {
   std::vector<PipelineAction> actions_;
   int m_, v_, stages_;
   int64_t boundary_;
-  std::vector<std::vector<float*>> dout_, din_;                     // [chunk][slot]
-  std::vector<std::vector<int>> slot_owner_;                        // [chunk][slot] -> mb or -1
-  std::vector<std::vector<std::vector<WorkHandle>>> slot_sends_;    // pending sends from a slot
-  std::map<std::pair<int, int>, WorkHandle> recv_act_, recv_grad_;  // (mb, chunk)
+  std::vector<std::vector<float*>> dout_, din_;                   // [chunk][slot]
+  std::vector<std::vector<int>> slot_owner_;                      // [chunk][slot] -> mb or -1
+  std::vector<std::vector<std::vector<WorkHandle>>> slot_sends_;  // pending sends from a slot
+  // Pending receives, indexed chunk * micro_batches + mb (preallocated: no allocation per step).
+  std::vector<WorkHandle> recv_act_, recv_grad_;
 };
 
 }  // namespace strata
