@@ -38,19 +38,21 @@ LayerActivations allocate_layer(const ModelConfig& cfg, const ModelShard& shard,
   auto half = [&](int64_t count, const char* what) {
     return arena.alloc<uint16_t>(category, count, what);
   };
+  // A GEMM input kept for backward: 16 bits under mixed precision (its f32 version is then a
+  // transient shared buffer, see layer_view), f32 otherwise.
+  auto gemm_input = [&](float*& f32, uint16_t*& kept, int64_t count, const char* what) {
+    if (lowp)
+      kept = half(count, what);
+    else
+      f32 = buf(count, what);
+  };
   LayerActivations l;
   l.resid_out = buf(ns * c, "block output");
   if (mode == Recompute::full) return l;
-  if (lowp)
-    l.attn_norm_lp = half(ns * c, "attention norm (16-bit)");
-  else
-    l.attn_norm = buf(ns * c, "attention norm");
+  gemm_input(l.attn_norm, l.attn_norm_lp, ns * c, "attention norm");
   if (layernorm) l.attn_mean = buf(ns, "attention norm mean");
   l.attn_rstd = buf(ns, "attention norm rstd");
-  if (lowp)
-    l.qkv_lp = half(n * shard.qkv_width(cfg), "qkv (16-bit)");
-  else
-    l.qkv = buf(n * shard.qkv_width(cfg), "qkv");
+  gemm_input(l.qkv, l.qkv_lp, n * shard.qkv_width(cfg), "qkv");
   if (cfg.flash_attention())
     l.lse = buf(batch * nh * seq_len, "attention log-sum-exp");
   else if (mode == Recompute::none)
@@ -60,17 +62,11 @@ LayerActivations allocate_layer(const ModelConfig& cfg, const ModelShard& shard,
   else
     l.attn_out_lp = half(n * nh * cfg.head_dim(), "attention output (16-bit)");
   l.resid_mid = buf(ns * c, "residual after attention");
-  if (lowp)
-    l.mlp_norm_lp = half(ns * c, "mlp norm (16-bit)");
-  else
-    l.mlp_norm = buf(ns * c, "mlp norm");
+  gemm_input(l.mlp_norm, l.mlp_norm_lp, ns * c, "mlp norm");
   if (layernorm) l.mlp_mean = buf(ns, "mlp norm mean");
   l.mlp_rstd = buf(ns, "mlp norm rstd");
   l.mlp_pre = buf(n * pre_width, "mlp pre-activation");
-  if (lowp)
-    l.mlp_act_lp = half(n * f, "mlp activation (16-bit)");
-  else
-    l.mlp_act = buf(n * f, "mlp activation");
+  gemm_input(l.mlp_act, l.mlp_act_lp, n * f, "mlp activation");
   return l;
 }
 

@@ -244,14 +244,7 @@ void OffloadedAdamW::update_chunk(int64_t chunk, int slot, size_t& cursor, float
   float* master = master_buf_ + at;
   float* m = m_buf_ + at;
   float* v = v_buf_ + at;
-  while (cursor < segments_.size() &&
-         segments_[cursor].state_offset + segments_[cursor].count <= begin)
-    ++cursor;
-  for (size_t j = cursor; j < segments_.size() && segments_[j].state_offset < end; ++j) {
-    const OptimSegment& s = segments_[j];
-    const int64_t lo = std::max(begin, s.state_offset);
-    const int64_t hi = std::min(end, s.state_offset + s.count);
-    if (lo >= hi) continue;
+  for_each_overlap(begin, end, cursor, [&](const OptimSegment& s, int64_t lo, int64_t hi) {
     const float wd = s.weight_decay ? config_.weight_decay : 0.0f;
     // The master value equals the working param (refreshed after every update), so this is
     // AdamW's in-place update of the same elements with the same kernel: bitwise equal.
@@ -260,7 +253,7 @@ void OffloadedAdamW::update_chunk(int64_t chunk, int slot, size_t& cursor, float
                           wd, grad_scale, step_);
     std::memcpy(s.param + (lo - s.state_offset), master + (lo - begin),
                 static_cast<size_t>(hi - lo) * sizeof(float));
-  }
+  });
 }
 
 void OffloadedAdamW::step(float lr, float grad_scale) {
@@ -292,17 +285,10 @@ void OffloadedAdamW::init_from_params() {
   for (int64_t k = 0; k < num_chunks_; ++k) {
     const int64_t begin = chunk_begin(k), count = chunk_count(k), end = begin + count;
     for (float* b : bufs) std::fill(b, b + count, 0.0f);  // padding gaps stay zero
-    while (cursor < segments_.size() &&
-           segments_[cursor].state_offset + segments_[cursor].count <= begin)
-      ++cursor;
-    for (size_t j = cursor; j < segments_.size() && segments_[j].state_offset < end; ++j) {
-      const OptimSegment& s = segments_[j];
-      const int64_t lo = std::max(begin, s.state_offset);
-      const int64_t hi = std::min(end, s.state_offset + s.count);
-      if (lo < hi)
-        std::memcpy(master_buf_ + (lo - begin), s.param + (lo - s.state_offset),
-                    static_cast<size_t>(hi - lo) * sizeof(float));
-    }
+    for_each_overlap(begin, end, cursor, [&](const OptimSegment& s, int64_t lo, int64_t hi) {
+      std::memcpy(master_buf_ + (lo - begin), s.param + (lo - s.state_offset),
+                  static_cast<size_t>(hi - lo) * sizeof(float));
+    });
     const size_t bytes = static_cast<size_t>(count) * sizeof(float);
     const uint64_t offset = static_cast<uint64_t>(begin) * sizeof(float);
     for (int i = 0; i < 3; ++i) {

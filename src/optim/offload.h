@@ -5,6 +5,7 @@
 // writes chunk k-1 back while the caller's thread updates chunk k, so that the disk and the
 // update overlap and the step is bound by whichever is slower.
 #pragma once
+#include <algorithm>
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
@@ -84,6 +85,20 @@ class OffloadedAdamW {
   // Blocks until the request with `ticket` (and every earlier one) has completed; after an I/O
   // error, drains the queue and throws the first error.
   void wait_for(int64_t ticket);
+  // Calls fn(segment, lo, hi) for every segment overlapping state elements [begin, end), with
+  // [lo, hi) the overlap; `cursor` walks the sorted segments forward across increasing chunks.
+  template <typename Fn>
+  void for_each_overlap(int64_t begin, int64_t end, size_t& cursor, Fn fn) const {
+    while (cursor < segments_.size() &&
+           segments_[cursor].state_offset + segments_[cursor].count <= begin)
+      ++cursor;
+    for (size_t j = cursor; j < segments_.size() && segments_[j].state_offset < end; ++j) {
+      const OptimSegment& s = segments_[j];
+      const int64_t lo = std::max(begin, s.state_offset);
+      const int64_t hi = std::min(end, s.state_offset + s.count);
+      if (lo < hi) fn(s, lo, hi);
+    }
+  }
   void io_loop();
   // Reads or writes one chunk of all three files; returns an error message or "".
   std::string do_io(const IoRequest& request);

@@ -95,15 +95,17 @@ void DataParallel::init_params(const ModelConfig& config, uint64_t seed) {
   }
   // Only the owned slice of each parameter: elements are indexed globally, so the shard holds
   // exactly the values a single process would have there.
-  for (const Bucket& b : buckets_) {
-    const int64_t lo = owned_begin(b), hi = lo + b.slice;
-    for (const ParamInfo& p : params_->all()) {
-      const int64_t a = std::max(lo, p.offset), e = std::min(hi, p.offset + p.numel);
-      if (a < e)
-        init_param_elements(config, p, seed, a - p.offset, e - a,
-                            shard_params_ + b.local + (a - lo));
-    }
-  }
+  for (const Bucket& b : buckets_)
+    for (const ParamInfo& p : params_->all())
+      if (const OwnedRun r = owned_run(b, p); r.count > 0)
+        init_param_elements(config, p, seed, r.begin, r.count, shard_params_ + r.shard_offset);
+}
+
+DataParallel::OwnedRun DataParallel::owned_run(const Bucket& b, const ParamInfo& p) const {
+  const int64_t lo = owned_begin(b), hi = lo + b.slice;
+  const int64_t a = std::max(lo, p.offset), e = std::min(hi, p.offset + p.numel);
+  if (a >= e) return {};
+  return {b.local + (a - lo), a - p.offset, e - a};
 }
 
 // ---- step protocol -----------------------------------------------------------------------------
@@ -238,11 +240,9 @@ std::vector<GradSpan> DataParallel::grad_spans(int index) const {
   const ParamInfo& p = params_->info(index);
   if (opt_.zero < 2) return {{params_->grads() + p.offset, 0, p.numel}};
   std::vector<GradSpan> out;
-  for (const Bucket& b : buckets_) {
-    const int64_t lo = owned_begin(b), hi = lo + b.slice;
-    const int64_t a = std::max(lo, p.offset), e = std::min(hi, p.offset + p.numel);
-    if (a < e) out.push_back({shard_grads_ + b.local + (a - lo), a - p.offset, e - a});
-  }
+  for (const Bucket& b : buckets_)
+    if (const OwnedRun r = owned_run(b, p); r.count > 0)
+      out.push_back({shard_grads_ + r.shard_offset, r.begin, r.count});
   return out;
 }
 
@@ -250,16 +250,16 @@ std::vector<OptimSegment> DataParallel::optimizer_segments() const {
   if (opt_.zero == 0) return segments_for_all(*params_);
   std::vector<OptimSegment> out;
   for (const Bucket& b : buckets_) {
-    const int64_t lo = owned_begin(b), hi = lo + b.slice;
     for (const ParamInfo& p : params_->all()) {
-      const int64_t a = std::max(lo, p.offset), e = std::min(hi, p.offset + p.numel);
-      if (a >= e) continue;
+      const OwnedRun r = owned_run(b, p);
+      if (r.count == 0) continue;
+      const int64_t flat = p.offset + r.begin;
       OptimSegment s;
-      s.count = e - a;
+      s.count = r.count;
       s.weight_decay = p.weight_decay;
-      s.state_offset = b.local + (a - lo);
-      s.param = opt_.zero >= 3 ? shard_params_ + s.state_offset : params_->data() + a;
-      s.grad = opt_.zero >= 2 ? shard_grads_ + s.state_offset : params_->grads() + a;
+      s.state_offset = r.shard_offset;
+      s.param = opt_.zero >= 3 ? shard_params_ + s.state_offset : params_->data() + flat;
+      s.grad = opt_.zero >= 2 ? shard_grads_ + s.state_offset : params_->grads() + flat;
       out.push_back(s);
     }
   }

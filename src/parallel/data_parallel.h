@@ -116,6 +116,12 @@ class DataParallel : public GroupHooks {
     int64_t last_use = 0;
   };
 
+  // The part of parameter p that bucket b's owned slice holds: `count` elements starting at
+  // element `begin` of p, at `shard_offset` in this rank's shard (count 0: none).
+  struct OwnedRun {
+    int64_t shard_offset = 0, begin = 0, count = 0;
+  };
+  OwnedRun owned_run(const Bucket& b, const ParamInfo& p) const;
   void launch_bucket(int k);
   int free_grad_slot();
   void retire_grad_slot(int slot);
