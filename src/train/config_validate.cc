@@ -1,0 +1,153 @@
+// Consistency checks of a parsed RunConfig: every value in range and every combination of keys
+// the engine supports, each failure one message naming the key(s) and what would work.
+#include "train/config_validate.h"
+
+#include "core/error.h"
+#include "parallel/pipeline_schedule.h"
+
+namespace strata {
+
+namespace {
+template <typename... Args>
+void check(bool ok, const std::string& where, const Args&... args) {
+  if (!ok) fail(where, ": ", args...);
+}
+}  // namespace
+
+void validate_config(RunConfig& c, const std::string& where) {
+  try {
+    c.model.finalize();
+  } catch (const Error& e) {
+    fail(where, ": ", e.what());  // finalize names the model.* key
+  }
+  const TrainConfig& t = c.train;
+  check(t.steps >= 1, where, "train.steps: must be at least 1, got ", t.steps);
+  check(t.batch_size >= 1, where, "train.batch_size: must be at least 1, got ", t.batch_size);
+  check(t.seq_len >= 1, where, "train.seq_len: must be at least 1, got ", t.seq_len);
+  check(t.seq_len <= c.model.max_seq_len, where, "train.seq_len: ", t.seq_len,
+        " exceeds model.max_seq_len = ", c.model.max_seq_len,
+        "; raise model.max_seq_len or lower train.seq_len");
+  check(t.grad_accum >= 1, where, "train.grad_accum: must be at least 1, got ", t.grad_accum);
+  check(t.eval_every >= 0, where, "train.eval_every: must be 0 (only at the end) or more, got ",
+        t.eval_every);
+  check(t.eval_batches >= 1, where, "train.eval_batches: must be at least 1, got ", t.eval_batches);
+  check(t.log_every >= 1, where, "train.log_every: must be at least 1, got ", t.log_every);
+  check(t.checkpoint_every >= 0, where,
+        "train.checkpoint_every: must be 0 (only at the end) or more, got ", t.checkpoint_every);
+  // At least one, or the final checkpoint would be deleted as soon as it was written.
+  check(t.keep_last >= 1, where, "train.keep_last: must be at least 1, got ", t.keep_last);
+  check(t.precision == "f32" || t.precision == "bf16" || t.precision == "fp16", where,
+        "train.precision: unknown precision '", t.precision,
+        "' (expected \"f32\", \"bf16\" or \"fp16\")");
+  check(t.precision == "f32" || c.parallel.zero < 3, where, "train.precision = \"", t.precision,
+        "\" with parallel.zero = 3 is not supported yet (the 16-bit working weights are not "
+        "sharded); use parallel.zero <= 2 or train.precision = \"f32\"");
+  check(c.optim.offload == "none" || c.optim.offload == "nvme", where, "optim.offload: '",
+        c.optim.offload, "' (expected \"none\" or \"nvme\")");
+  check(c.optim.offload_chunk_mb > 0, where, "optim.offload_chunk_mb: must be positive, got ",
+        c.optim.offload_chunk_mb);
+  const LossScalerConfig& ls = c.fp16;
+  check(ls.loss_scale >= 0, where, "fp16.loss_scale: must be 0 (dynamic) or positive, got ",
+        ls.loss_scale);
+  check(ls.initial_scale_power >= 0 && ls.initial_scale_power <= 40, where,
+        "fp16.initial_scale_power: must be in [0, 40], got ", ls.initial_scale_power);
+  check(ls.loss_scale_window >= 1, where, "fp16.loss_scale_window: must be at least 1, got ",
+        ls.loss_scale_window);
+  check(ls.hysteresis >= 1, where, "fp16.hysteresis: must be at least 1, got ", ls.hysteresis);
+  check(ls.min_loss_scale > 0, where, "fp16.min_loss_scale: must be positive, got ",
+        ls.min_loss_scale);
+
+  const OptimConfig& o = c.optim;
+  check(o.lr > 0, where, "optim.lr: must be positive, got ", o.lr);
+  check(o.min_lr >= 0 && o.min_lr <= o.lr, where, "optim.min_lr: must be in [0, optim.lr = ", o.lr,
+        "], got ", o.min_lr);
+  check(o.warmup_steps >= 0, where, "optim.warmup_steps: must be 0 or more, got ", o.warmup_steps);
+  check(o.decay == "cosine" || o.decay == "linear" || o.decay == "constant", where,
+        "optim.decay: unknown schedule '", o.decay,
+        "' (expected \"cosine\", \"linear\" or \"constant\")");
+  check(o.beta1 >= 0 && o.beta1 < 1, where, "optim.beta1: must be in [0, 1), got ", o.beta1);
+  check(o.beta2 >= 0 && o.beta2 < 1, where, "optim.beta2: must be in [0, 1), got ", o.beta2);
+  check(o.eps > 0, where, "optim.eps: must be positive, got ", o.eps);
+  check(o.weight_decay >= 0, where, "optim.weight_decay: must be 0 or more, got ", o.weight_decay);
+  check(o.grad_clip >= 0, where, "optim.grad_clip: must be 0 (off) or more, got ", o.grad_clip);
+
+  const DataConfig& d = c.data;
+  check(d.source == "synthetic" || d.source == "text" || d.source == "shards", where,
+        "data.source: unknown source '", d.source,
+        "' (expected \"synthetic\", \"text\" or \"shards\")");
+  check(d.source != "text" || !d.text.empty(), where,
+        "data.text: data.source = \"text\" needs at least one text file, e.g. "
+        "data.text = [\"corpus.txt\"]");
+  for (const std::string& file : d.text)
+    check(!file.empty(), where, "data.text: file names must not be empty");
+  check(!d.dir.empty(), where, "data.dir: must not be empty");
+  check(!d.document_separator.empty(), where, "data.document_separator: must not be empty");
+  check(d.val_fraction > 0 && d.val_fraction <= 0.5, where,
+        "data.val_fraction: must be in (0, 0.5], got ", d.val_fraction);
+  const FilterConfig& f = d.filters;
+  check(f.min_doc_chars >= 0, where, "data.filters.min_doc_chars: must be 0 or more, got ",
+        f.min_doc_chars);
+  check(f.max_doc_chars >= f.min_doc_chars, where, "data.filters.max_doc_chars: ", f.max_doc_chars,
+        " is less than data.filters.min_doc_chars = ", f.min_doc_chars);
+  check(f.max_repeat_fraction >= 0 && f.max_repeat_fraction <= 1, where,
+        "data.filters.max_repeat_fraction: must be in [0, 1], got ", f.max_repeat_fraction);
+  check(f.max_nonprint_fraction >= 0 && f.max_nonprint_fraction <= 1, where,
+        "data.filters.max_nonprint_fraction: must be in [0, 1], got ", f.max_nonprint_fraction);
+
+  check(!c.run.dir.empty(), where, "run.dir: must not be empty");
+  check(!c.run.resume.empty(), where,
+        "run.resume: must be \"auto\", \"none\" or a checkpoint path, got an empty string");
+  check(c.system.threads >= 0, where, "system.threads: must be 0 (all cores) or more, got ",
+        c.system.threads);
+  check(c.system.memory_limit_mb >= 0, where,
+        "system.memory_limit_mb: must be 0 (no limit) or more, got ", c.system.memory_limit_mb);
+  const ParallelConfig& p = c.parallel;
+  check(p.tp >= 1, where, "parallel.tp: must be at least 1, got ", p.tp);
+  check(p.pp >= 1, where, "parallel.pp: must be at least 1, got ", p.pp);
+  check(p.dp >= 0, where, "parallel.dp: must be 0 (derived from the world size) or more, got ",
+        p.dp);
+  check(p.zero >= 0 && p.zero <= 3, where, "parallel.zero: ZeRO stage must be 0, 1, 2 or 3, got ",
+        p.zero);
+  check(c.train.recompute == "none" || c.train.recompute == "selective" ||
+            c.train.recompute == "full",
+        where, "train.recompute: unknown mode '", c.train.recompute,
+        "' (expected \"none\", \"selective\" or \"full\")");
+  check(c.train.recompute_layers >= 0, where,
+        "train.recompute_layers: must be 0 (every layer) or more, got ", c.train.recompute_layers);
+  check(p.grad_reduce_dtype == "f32" || p.grad_reduce_dtype == "bf16", where,
+        "parallel.grad_reduce_dtype: '", p.grad_reduce_dtype, "' (expected \"f32\" or \"bf16\")");
+  check(p.vpp >= 1, where, "parallel.vpp: must be at least 1, got ", p.vpp);
+  check(p.vpp == 1 || p.pp > 1, where, "parallel.vpp = ", p.vpp,
+        " needs parallel.pp > 1 (virtual stages interleave chunks across pipeline ranks)");
+  check(p.micro_batches >= 0, where,
+        "parallel.micro_batches: must be 0 (train.grad_accum) or more, got ", p.micro_batches);
+  check(p.micro_batches == 0 || c.train.grad_accum == 1 || p.micro_batches == c.train.grad_accum,
+        where, "parallel.micro_batches = ", p.micro_batches,
+        " and train.grad_accum = ", c.train.grad_accum,
+        " both set the micro-batches of a step; set one of them (they mean the same thing)");
+  check(!p.sp || p.tp > 1, where,
+        "parallel.sp = true needs parallel.tp > 1 (sequence parallelism shards what tensor "
+        "parallelism replicates)");
+  try {
+    validate_pipeline_config(
+        parse_schedule_kind(p.schedule), static_cast<int>(p.pp),
+        static_cast<int>(p.micro_batches > 0 ? p.micro_batches : c.train.grad_accum),
+        static_cast<int>(p.vpp));
+  } catch (const Error& e) {
+    fail(where, ": ", e.what());
+  }
+  check(p.pp == 1 || p.zero <= 1, where, "parallel.zero = ", p.zero, " with parallel.pp = ", p.pp,
+        ": ZeRO-2/3 shard gradients and parameters per micro-batch, which pipeline parallelism "
+        "keeps across micro-batches in flight (DeepSpeed has the same rule); use parallel.zero = "
+        "0 or 1 with pipelines");
+  check(p.bucket_mb > 0, where, "parallel.bucket_mb: must be positive, got ", p.bucket_mb);
+  check(p.comm_timeout_s > 0, where, "parallel.comm_timeout_s: must be positive, got ",
+        p.comm_timeout_s);
+  check(c.sample.max_new_tokens >= 0, where, "sample.max_new_tokens: must be 0 or more, got ",
+        c.sample.max_new_tokens);
+  check(c.sample.temperature >= 0, where, "sample.temperature: must be 0 (greedy) or more, got ",
+        c.sample.temperature);
+  check(c.sample.top_k >= 0, where, "sample.top_k: must be 0 (off) or more, got ", c.sample.top_k);
+}
+
+}  // namespace strata
