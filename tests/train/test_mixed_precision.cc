@@ -10,6 +10,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "small_run.h"
 #include "train/config.h"
 #include "train/trainer.h"
 
@@ -20,30 +21,9 @@ namespace fs = std::filesystem;
 
 RunConfig config(const std::string& precision, const std::string& name,
                  const std::vector<std::string>& extra = {}) {
-  const fs::path dir = fs::temp_directory_path() / ("strata_test_mp_" + name);
-  fs::remove_all(dir);
-  std::vector<std::string> sets = {"train.precision=" + precision, "run.dir=" + dir.string()};
+  std::vector<std::string> sets = {"train.precision=" + precision, "train.steps=12"};
   sets.insert(sets.end(), extra.begin(), extra.end());
-  return parse_config(R"(
-[model]
-n_layer = 2
-n_head = 4
-d_model = 64
-vocab_size = 512
-max_seq_len = 32
-[train]
-steps = 12
-batch_size = 4
-seq_len = 32
-eval_every = 0
-eval_batches = 2
-[optim]
-lr = 3e-3
-warmup_steps = 2
-[data]
-source = "synthetic"
-)",
-                      "test", sets);
+  return test_support::small_run_config(test_support::fresh_dir("mp_" + name), sets);
 }
 
 std::vector<double> losses(const RunConfig& c) {

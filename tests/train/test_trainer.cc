@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "small_run.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
 #include "train/trainer.h"
@@ -16,37 +17,13 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string temp_dir(const std::string& name) {
-  const fs::path p = fs::temp_directory_path() / ("strata_test_trainer_" + name);
-  fs::remove_all(p);
-  return p.string();
+  return test_support::fresh_dir("trainer_" + name);
 }
 
 RunConfig small_config(const std::string& family, const std::string& run_dir) {
-  RunConfig c = parse_config(R"(
-[model]
-n_layer = 2
-n_head = 4
-d_model = 64
-vocab_size = 512
-max_seq_len = 32
-[train]
-steps = 6
-batch_size = 4
-seq_len = 32
-eval_every = 0
-eval_batches = 2
-[optim]
-lr = 3e-3
-warmup_steps = 2
-[data]
-source = "synthetic"
-)",
-                             "test", {"model.family=" + family, "run.dir=" + run_dir});
-  if (family == "llama") {
-    c.model.n_kv_head = 2;
-    c.model.finalize();
-  }
-  return c;
+  std::vector<std::string> sets = {"model.family=" + family};
+  if (family == "llama") sets.push_back("model.n_kv_head=2");
+  return test_support::small_run_config(run_dir, sets);
 }
 
 class TrainerFamilies : public ::testing::TestWithParam<std::string> {};
