@@ -158,10 +158,22 @@ Decoder::Decoder(const ModelConfig& config, Arena& arena, int64_t batch, int64_t
   if (lowp()) params_.set_param_category(MemCategory::master);
   params_.allocate(arena);
   if (lowp()) {
-    lowp_params_ = arena.alloc<uint16_t>(MemCategory::params, params_.size(),
-                                         "parameters (16-bit working copy)");
-    lowp_version_.assign(static_cast<size_t>(params_.num_groups()), -1);
-    lowp_source_.assign(static_cast<size_t>(params_.num_groups()), nullptr);
+    // No resident f32 parameters means a strategy gathers each group on use (ZeRO-3): convert
+    // the gathered group into one transient group-sized slot instead of keeping 2 bytes per
+    // parameter of the whole model.
+    lowp_single_slot_ = params_.data() == nullptr;
+    int64_t slot = params_.size();
+    if (lowp_single_slot_) {
+      slot = 0;
+      for (int g = 0; g < params_.num_groups(); ++g) slot = std::max(slot, params_.group_size(g));
+    }
+    lowp_params_ =
+        arena.alloc<uint16_t>(MemCategory::params, slot,
+                              lowp_single_slot_ ? "parameters (16-bit copy of the gathered group)"
+                                                : "parameters (16-bit working copy)");
+    const size_t entries = lowp_single_slot_ ? 1 : static_cast<size_t>(params_.num_groups());
+    lowp_version_.assign(entries, -1);
+    lowp_source_.assign(entries, nullptr);
   }
   acts_.resize(static_cast<size_t>(shard_.num_chunks()));
   for (int chunk = 0; chunk < shard_.num_chunks(); ++chunk) {
@@ -242,13 +254,17 @@ const uint16_t* Decoder::lowp_weight(int idx) {
   const ParamInfo& p = params_.info(idx);
   const int g = p.group;
   const float* source = params_.group_params(g);
-  if (lowp_version_[g] != params_.version() || lowp_source_[g] != source) {
-    kernels::to_lowp(precision_, lowp_params_ + params_.group_offset(g), source,
-                     params_.group_size(g));
-    lowp_version_[g] = params_.version();
-    lowp_source_[g] = source;
+  // The same group at the same version holds the same values wherever it was gathered to.
+  const size_t e = lowp_single_slot_ ? 0 : static_cast<size_t>(g);
+  const int64_t base = lowp_single_slot_ ? 0 : params_.group_offset(g);
+  if (lowp_version_[e] != params_.version() || lowp_source_[e] != source ||
+      (lowp_single_slot_ && lowp_slot_group_ != g)) {
+    kernels::to_lowp(precision_, lowp_params_ + base, source, params_.group_size(g));
+    lowp_version_[e] = params_.version();
+    lowp_source_[e] = source;
+    lowp_slot_group_ = g;
   }
-  return lowp_params_ + p.offset;
+  return lowp_params_ + base + (p.offset - params_.group_offset(g));
 }
 
 void Decoder::linear_fwd(float* y, const float* x32, const uint16_t* xlp, int w, int bias,

@@ -180,9 +180,14 @@ class Decoder {
   GradScratch scratch_;
   RecomputePolicy recompute_;
   DType precision_ = DType::f32;
-  uint16_t* lowp_params_ = nullptr;        // 16-bit working weights, flat layout
-  std::vector<int64_t> lowp_version_;      // per group: ParamStore version converted
-  std::vector<const float*> lowp_source_;  // per group: the f32 buffer converted from
+  // 16-bit working weights. Resident parameters: the whole flat layout, one cache entry per group.
+  // Sharded parameters (ZeRO-3): one group's worth, holding the last group converted from its
+  // gathered buffer, so that the 16-bit copy is as transient as the gathered f32 one.
+  uint16_t* lowp_params_ = nullptr;
+  bool lowp_single_slot_ = false;
+  std::vector<int64_t> lowp_version_;      // per entry: ParamStore version converted
+  std::vector<const float*> lowp_source_;  // per entry: the f32 buffer converted from
+  int lowp_slot_group_ = -1;               // single slot: the group it holds
   LayerActivations recompute_buffers_;     // one layer's worth, shared by every recomputed layer
   GroupHooks no_hooks_;
   GroupHooks* hooks_ = &no_hooks_;

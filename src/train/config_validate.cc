@@ -39,9 +39,6 @@ void validate_config(RunConfig& c, const std::string& where) {
   check(t.precision == "f32" || t.precision == "bf16" || t.precision == "fp16", where,
         "train.precision: unknown precision '", t.precision,
         "' (expected \"f32\", \"bf16\" or \"fp16\")");
-  check(t.precision == "f32" || c.parallel.zero < 3, where, "train.precision = \"", t.precision,
-        "\" with parallel.zero = 3 is not supported yet (the 16-bit working weights are not "
-        "sharded); use parallel.zero <= 2 or train.precision = \"f32\"");
   check(c.optim.offload == "none" || c.optim.offload == "nvme", where, "optim.offload: '",
         c.optim.offload, "' (expected \"none\" or \"nvme\")");
   check(c.optim.offload_chunk_mb > 0, where, "optim.offload_chunk_mb: must be positive, got ",

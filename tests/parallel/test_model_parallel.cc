@@ -221,8 +221,13 @@ std::vector<Case> all_cases() {
     h.dp = world / (h.tp * h.pp);
     h.zero = h.dp > 1 ? 1 : 0;
     out.push_back(h);
-    if (world >= 4)
+    if (world >= 4) {
       out.push_back(Case{"llama", 2, 1, world / 2, 1, 2, true, "1f1b", 4, "none", "bf16"});
+      out.push_back(Case{"gpt2", 2, 1, world / 2, 1, 3, false, "1f1b", 4, "none", "bf16"});
+    }
+    // ZeRO-3 gathers f32 master shards and converts each gathered group to 16 bits on use.
+    if (world >= 2)
+      out.push_back(Case{"llama", 1, 1, world, 1, 3, false, "1f1b", 4, "none", "bf16"});
     // Gradients reduced in bf16 (parallel.grad_reduce_dtype), ZeRO-1 and ZeRO-2.
     for (int zero : {1, 2}) {
       Case r{"gpt2", 1, 1, world, 1, zero, false, "1f1b", 4, "none", "bf16"};

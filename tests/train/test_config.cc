@@ -250,8 +250,6 @@ INSTANTIATE_TEST_SUITE_P(
             "[train]\nprecision = \"fp8\"",
             "train.precision: unknown precision 'fp8' (expected \"f32\", \"bf16\" or \"fp16\")"},
         BadValue{"[train]\nrecompute = \"some\"", "train.recompute: unknown mode 'some'"},
-        BadValue{"[train]\nprecision = \"bf16\"\n[parallel]\nzero = 3",
-                 "train.precision = \"bf16\" with parallel.zero = 3 is not supported yet"},
         BadValue{"[fp16]\nhysteresis = 0", "fp16.hysteresis: must be at least 1"},
         BadValue{"[optim]\noffload = \"cpu\"", "optim.offload: 'cpu'"},
         BadValue{"[parallel]\nsp = true", "parallel.sp = true needs parallel.tp > 1"},
