@@ -112,7 +112,10 @@ GradScratch::GradScratch(const ModelConfig& cfg, const ModelShard& shard, Arena&
   dmlp_act = ws(n * f, "mlp activation gradient");
   const int64_t scratch =
       cfg.flash_attention()
-          ? kernels::flash_attention_backward_scratch(batch, seq_len, nh, nkv, cfg.head_dim())
+          ? std::max(
+                kernels::flash_attention_backward_scratch(batch, seq_len, nh, nkv, cfg.head_dim()),
+                kernels::flash_attention_backward_bf16_scratch(batch, seq_len, nh, nkv,
+                                                               cfg.head_dim()))
           : kernels::attention_backward_scratch(batch, seq_len, nh, nkv, cfg.head_dim());
   attn_scratch = ws(std::max<int64_t>(1, scratch), "attention backward scratch");
   if (shard.sp) {

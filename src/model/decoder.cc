@@ -376,12 +376,15 @@ void Decoder::block_forward(int layer, ActivationStore& a, LayerActivations& l, 
   if (cfg.family == ModelFamily::llama) k::rope_forward(l.qkv, b, t, nh, nkv, hd, cfg.rope_theta);
   if (lowp()) {
     // q, k, v are kept in 16 bits; attention (scores, softmax, weighted sum in f32) reads the
-    // rounded values in forward as backward will.
+    // rounded values in forward as backward will: bf16 flash attention reads them directly
+    // (vdpbf16ps products), the other kernels widened to f32.
     const int64_t count = n * shard_.qkv_width(cfg);
     k::to_lowp(precision_, l.qkv_lp, l.qkv, count);
-    k::from_lowp(precision_, l.qkv, l.qkv_lp, count);
+    if (!bf16_flash()) k::from_lowp(precision_, l.qkv, l.qkv_lp, count);
   }
-  if (cfg.flash_attention())
+  if (bf16_flash())
+    k::flash_attention_forward_bf16(l.attn_out, l.lse, l.qkv_lp, b, t, nh, nkv, hd);
+  else if (cfg.flash_attention())
     k::flash_attention_forward(l.attn_out, l.lse, l.qkv, b, t, nh, nkv, hd);
   else
     k::attention_forward(l.attn_out, l.probs, l.qkv, b, t, nh, nkv, hd);
@@ -522,7 +525,10 @@ void Decoder::block_backward(int layer, ActivationStore& a, LayerActivations& l,
   if (lowp() && cfg.flash_attention())
     k::to_lowp(precision_, l.attn_out_lp, l.attn_out, n * nh * hd);
   linear_bwd(s.dattn, G(bp.o_w), G(bp.o_b), dy, l.attn_out, l.attn_out_lp, bp.o_w, n, nh * hd, c);
-  if (cfg.flash_attention())
+  if (bf16_flash())
+    k::flash_attention_backward_bf16(s.dqkv, s.attn_scratch, s.dattn, l.qkv_lp, l.attn_out, l.lse,
+                                     b, t, nh, nkv, hd);
+  else if (cfg.flash_attention())
     k::flash_attention_backward(s.dqkv, s.attn_scratch, s.dattn, l.qkv, l.attn_out, l.lse, b, t, nh,
                                 nkv, hd);
   else
@@ -605,7 +611,7 @@ void Decoder::run_backward(int chunk, ActivationStore& a) {
     // Recomputation reruns exactly the forward kernels on the same inputs: the rebuilt
     // activations, and so the gradients, are bitwise those of a run that kept them.
     const Recompute mode = recompute_.for_layer(local);
-    if (lowp() && mode != Recompute::full)  // widen the kept 16-bit q, k, v for attention
+    if (lowp() && mode != Recompute::full && !bf16_flash())  // widen the kept q, k, v
       k::from_lowp(precision_, l.qkv, l.qkv_lp, a.b * a.t * shard_.qkv_width(config_));
     if (mode == Recompute::full) {
       block_forward(layer, a, l, x);

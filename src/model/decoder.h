@@ -153,6 +153,8 @@ class Decoder {
   // The 16-bit working copy of parameter idx, refreshed from the f32 master when stale.
   const uint16_t* lowp_weight(int idx);
   bool lowp() const { return precision_ != DType::f32; }
+  // bf16 flash attention reads the kept bf16 q, k, v itself (no f32 copy).
+  bool bf16_flash() const { return precision_ == DType::bf16 && config_.flash_attention(); }
   void run_forward(int chunk, ActivationStore& a, const int32_t* tokens);
   void run_backward(int chunk, ActivationStore& a);
   const float* layer_input(const ActivationStore& a, int64_t local_layer) const;

@@ -246,6 +246,15 @@ std::vector<GradSpan> DataParallel::grad_spans(int index) const {
   return out;
 }
 
+std::vector<DataParallel::ShardRun> DataParallel::shard_runs(int index) const {
+  const ParamInfo& p = params_->info(index);
+  std::vector<ShardRun> out;
+  for (const Bucket& b : buckets_)
+    if (const OwnedRun r = owned_run(b, p); r.count > 0)
+      out.push_back({r.shard_offset, r.begin, r.count});
+  return out;
+}
+
 std::vector<OptimSegment> DataParallel::optimizer_segments() const {
   if (opt_.zero == 0) return segments_for_all(*params_);
   std::vector<OptimSegment> out;

@@ -68,6 +68,13 @@ class DataParallel : public GroupHooks {
   // The parts of parameter `index`'s gradient this rank holds: all of it below stage 2, the
   // owned slices from stage 2 (identical on ranks with identical layouts, e.g. a tp group).
   std::vector<GradSpan> grad_spans(int index) const;
+  // The parts of parameter `index` this rank's shard holds (stage >= 1): `count` elements from
+  // element `begin` of the parameter, at `shard_offset` in the shard (and in the optimizer's
+  // state). What a checkpoint saves of a sharded buffer and loads back into it.
+  struct ShardRun {
+    int64_t shard_offset = 0, begin = 0, count = 0;
+  };
+  std::vector<ShardRun> shard_runs(int index) const;
   void after_optimizer_step();  // all-gather updated parameters (stages 1, 2)
 
   // Checkpoints hold global tensors: full-layout copies of sharded buffers and back.

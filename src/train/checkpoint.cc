@@ -7,7 +7,6 @@
 
 #include "core/log.h"
 #include "io/atomic_file.h"
-#include "io/safetensors.h"
 
 namespace strata {
 
@@ -15,66 +14,69 @@ namespace fs = std::filesystem;
 
 namespace {
 
+constexpr const char* kFormat = "strata-checkpoint-v2";
+
 std::string step_dir_name(int64_t step) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "step_%08lld", static_cast<long long>(step));
   return buf;
 }
 
-std::vector<int64_t> shape_of(const ParamInfo& p) {
-  return std::vector<int64_t>(p.shape.begin(), p.shape.begin() + p.ndim);
-}
-
-void write_tensors(const std::string& path, const ParamStore& params, const float* base,
-                   const std::string& prefix) {
-  std::vector<io::TensorRef> refs;
-  refs.reserve(params.all().size());
-  for (const ParamInfo& p : params.all())
-    refs.push_back(io::TensorRef{prefix + p.name, DType::f32, shape_of(p), base + p.offset});
-  io::write_safetensors(path, refs, {{"format", "strata"}});
-}
-
-void read_tensors(const std::string& path, const ParamStore& params, float* base,
-                  const std::string& prefix) {
-  io::SafetensorsFile file = io::SafetensorsFile::open(path);
-  for (const ParamInfo& p : params.all()) {
-    const std::string name = prefix + p.name;
-    STRATA_CHECK(file.has(name), "checkpoint file '", path, "' has no tensor '", name,
-                 "': it was saved from a different model; check model.* in the config");
-    const auto info = file.info(name);
-    STRATA_CHECK(info.shape == shape_of(p), "checkpoint file '", path, "': tensor '", name,
-                 "' has a different shape than this model's; check model.* in the config");
-    file.read_into(name, base + p.offset, static_cast<size_t>(p.numel) * sizeof(float));
-  }
+fs::path tmp_dir_of(const std::string& ckpt_root, int64_t step) {
+  return fs::path(ckpt_root) / cat(".", step_dir_name(step), ".tmp");
 }
 
 }  // namespace
 
-std::string save_checkpoint(const std::string& ckpt_root, const ParamStore& params,
-                            const float* param_data, const float* exp_avg, const float* exp_avg_sq,
-                            const CheckpointState& state, const std::string& tokenizer_path,
-                            int64_t keep_last) {
+std::string prepare_checkpoint_dir(const std::string& ckpt_root, int64_t step) {
   io::make_dirs(ckpt_root);
+  const fs::path tmp = tmp_dir_of(ckpt_root, step);
+  std::error_code ec;
+  fs::remove_all(tmp, ec);  // a leftover of an earlier failed save
+  io::make_dirs(tmp.string());
+  return tmp.string();
+}
+
+std::string checkpoint_tmp_dir(const std::string& ckpt_root, int64_t step) {
+  return tmp_dir_of(ckpt_root, step).string();
+}
+
+std::string rank_slice_path(const std::string& tmp_dir, int rank) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "rank_%05d.safetensors", rank);
+  return (fs::path(tmp_dir) / buf).string();
+}
+
+void abandon_checkpoint(const std::string& ckpt_root, int64_t step) {
+  std::error_code ec;
+  fs::remove_all(tmp_dir_of(ckpt_root, step), ec);
+}
+
+std::string commit_checkpoint(const std::string& ckpt_root, const CheckpointState& state,
+                              const std::string& tokenizer_path, int64_t keep_last) {
   const std::string name = step_dir_name(state.step);
   const fs::path final_dir = fs::path(ckpt_root) / name;
-  const fs::path tmp_dir = fs::path(ckpt_root) / ("." + name + ".tmp");
-  std::error_code ec;
-  fs::remove_all(tmp_dir, ec);  // a leftover of an earlier failed save
-  io::make_dirs(tmp_dir.string());
-
-  write_tensors((tmp_dir / "model.safetensors").string(), params, param_data, "");
-  if (exp_avg && exp_avg_sq) {
-    // Both moments in one file: every tensor is named, so one file suffices.
-    std::vector<io::TensorRef> refs;
-    for (const ParamInfo& p : params.all()) {
-      refs.push_back(
-          io::TensorRef{"exp_avg." + p.name, DType::f32, shape_of(p), exp_avg + p.offset});
-      refs.push_back(
-          io::TensorRef{"exp_avg_sq." + p.name, DType::f32, shape_of(p), exp_avg_sq + p.offset});
-    }
-    io::write_safetensors((tmp_dir / "optimizer.safetensors").string(), refs,
-                          {{"format", "strata"}});
+  const fs::path tmp_dir = tmp_dir_of(ckpt_root, state.step);
+  // The index: every slice of every rank file, and every global tensor's shape.
+  std::vector<std::string> files;
+  for (const auto& entry : fs::directory_iterator(tmp_dir)) {
+    const std::string n = entry.path().filename().string();
+    if (n.rfind("rank_", 0) == 0 && entry.path().extension() == ".safetensors") files.push_back(n);
   }
+  std::sort(files.begin(), files.end());
+  nlohmann::json slices = nlohmann::json::array(), tensors = nlohmann::json::object();
+  for (const std::string& f : files) {
+    for (const SliceEntry& e : read_slice_file_entries((tmp_dir / f).string())) {
+      tensors[e.tensor] = {{"shape", e.global_shape}, {"dtype", "F32"}};
+      slices.push_back(slice_to_json(e));
+    }
+  }
+  nlohmann::json index = {{"format", kFormat},
+                          {"step", state.step},
+                          {"files", files},
+                          {"tensors", tensors},
+                          {"slices", slices}};
+  io::write_file_atomic((tmp_dir / "index.json").string(), index.dump(1));
   if (!tokenizer_path.empty() && fs::exists(tokenizer_path))
     io::write_file_atomic((tmp_dir / "tokenizer.json").string(), io::read_file(tokenizer_path));
   nlohmann::json j;
@@ -82,28 +84,49 @@ std::string save_checkpoint(const std::string& ckpt_root, const ParamStore& para
   j["config"] = state.config;
   j["data"] = state.data;
   j["extra"] = state.extra;
-  j["format"] = "strata-checkpoint-v1";
+  j["format"] = kFormat;
   io::write_file_atomic((tmp_dir / "state.json").string(), j.dump(2));  // last: marks it complete
   io::fsync_dir(tmp_dir.string());
 
+  std::error_code ec;
   if (fs::exists(final_dir)) fs::remove_all(final_dir);  // same step saved again (resume)
   fs::rename(tmp_dir, final_dir);
   io::fsync_dir(ckpt_root);
   io::write_file_atomic((fs::path(ckpt_root) / "latest").string(), name + "\n");
 
   if (keep_last > 0) {
-    std::vector<std::string> committed;
-    for (const auto& entry : fs::directory_iterator(ckpt_root)) {
-      const std::string n = entry.path().filename().string();
-      if (entry.is_directory() && n.rfind("step_", 0) == 0 &&
-          fs::exists(entry.path() / "state.json"))
-        committed.push_back(n);
-    }
-    std::sort(committed.begin(), committed.end());
-    for (size_t i = 0; i + static_cast<size_t>(keep_last) < committed.size(); ++i)
-      if (committed[i] != name) fs::remove_all(fs::path(ckpt_root) / committed[i], ec);
+    const std::vector<std::string> committed = committed_checkpoints(ckpt_root);  // newest first
+    for (size_t i = static_cast<size_t>(keep_last); i < committed.size(); ++i)
+      if (fs::path(committed[i]).filename() != name) fs::remove_all(committed[i], ec);
   }
   return final_dir.string();
+}
+
+std::vector<std::string> committed_checkpoints(const std::string& ckpt_root) {
+  std::vector<std::string> committed;
+  std::error_code ec;
+  if (!fs::is_directory(ckpt_root, ec)) return committed;
+  for (const auto& entry : fs::directory_iterator(ckpt_root)) {
+    const std::string n = entry.path().filename().string();
+    if (entry.is_directory() && n.rfind("step_", 0) == 0 && fs::exists(entry.path() / "state.json"))
+      committed.push_back(entry.path().string());
+  }
+  std::sort(committed.rbegin(), committed.rend());
+  return committed;
+}
+
+std::vector<SliceEntry> read_checkpoint_index(const std::string& dir) {
+  const std::string path = (fs::path(dir) / "index.json").string();
+  std::vector<SliceEntry> entries;
+  try {
+    const nlohmann::json j = nlohmann::json::parse(io::read_file(path));
+    STRATA_CHECK(j.value("format", "") == kFormat, "'", path, "' is not a ", kFormat,
+                 " index (format '", j.value("format", ""), "')");
+    for (const nlohmann::json& e : j.at("slices")) entries.push_back(slice_from_json(e));
+  } catch (const std::exception& e) {
+    throw CheckpointCorrupt(path, cat("checkpoint index '", path, "' is unreadable: ", e.what()));
+  }
+  return entries;
 }
 
 std::optional<std::string> latest_checkpoint(const std::string& ckpt_root) {
@@ -147,12 +170,18 @@ CheckpointState read_checkpoint_state(const std::string& dir) {
 
 void load_checkpoint_tensors(const std::string& dir, const ParamStore& params, float* param_data,
                              float* exp_avg, float* exp_avg_sq) {
-  read_tensors((fs::path(dir) / "model.safetensors").string(), params, param_data, "");
+  std::vector<SliceTarget> targets;
+  auto add = [&](const std::string& kind, float* base) {
+    if (!base) return;
+    for (const ParamInfo& p : params.all())
+      targets.push_back(SliceTarget{block_of(p, kind, 0, p.numel), base + p.offset});
+  };
+  add("", param_data);
   if (exp_avg && exp_avg_sq) {
-    const std::string path = (fs::path(dir) / "optimizer.safetensors").string();
-    read_tensors(path, params, exp_avg, "exp_avg.");
-    read_tensors(path, params, exp_avg_sq, "exp_avg_sq.");
+    add("exp_avg.", exp_avg);
+    add("exp_avg_sq.", exp_avg_sq);
   }
+  load_slices(dir, read_checkpoint_index(dir), targets);
 }
 
 }  // namespace strata

@@ -1,23 +1,30 @@
-// Checkpoints: named global tensors in safetensors plus JSON state, committed atomically.
+// Checkpoints: every rank writes only its own slices; one global index describes them all.
 //
 //   <run>/ckpt/step_00000200/
-//       model.safetensors      parameters by global name ("layers.0.attn.q.weight", ...)
-//       optimizer.safetensors  "exp_avg.<name>" and "exp_avg_sq.<name>"
-//       tokenizer.json         (when the run has one) so the checkpoint is self-contained
-//       state.json             config, step, optimizer step, data position, RNG, metrics; written
-//                              last: a directory without it is not a checkpoint
-//   <run>/ckpt/latest          the name of the newest committed checkpoint
+//       rank_00000.safetensors  the slices rank 0 holds (model/params, exp_avg., exp_avg_sq.)
+//       rank_00003.safetensors  ...one file per rank that holds something no other rank saves
+//       index.json              every tensor's global name, shape and dtype, and each slice's
+//                               block, element range, file, key and xxHash64
+//       tokenizer.json          (when the run has one) so the checkpoint is self-contained
+//       state.json              config, step, optimizer step, scheduler, loss scaler, data
+//                               position, RNG; written last: a directory without it is not a
+//                               checkpoint
+//   <run>/ckpt/latest           the name of the newest committed checkpoint
 //
-// A save writes into a hidden temporary directory, fsyncs every file, renames it into place and
-// only then moves `latest`; a failed save never touches the previous checkpoints, and older ones
-// are deleted (keep_last) only after a newer one is committed.
+// A save writes into a hidden temporary directory (every rank its own file, fsynced), and only
+// when every rank's file is complete does rank 0 write the index and state.json, fsync, rename
+// the directory into place and move `latest`; a failed save never touches the previous
+// checkpoints, and older ones are deleted (keep_last) only after a newer one is committed.
+// Slices are layout independent (checkpoint_slices.h): any (tp, pp, dp, zero) loads them.
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "model/params.h"
+#include "train/checkpoint_slices.h"
 
 namespace strata {
 
@@ -28,13 +35,26 @@ struct CheckpointState {
   nlohmann::json extra;   // anything else (metrics at save time, ...)
 };
 
-// Saves the parameters (values at param_data + offset of each parameter of `params`, i.e. a
-// buffer in the flat layout) and the optimizer moments (same layout; skipped when null) under
-// ckpt_root; returns the committed directory.
-std::string save_checkpoint(const std::string& ckpt_root, const ParamStore& params,
-                            const float* param_data, const float* exp_avg, const float* exp_avg_sq,
-                            const CheckpointState& state, const std::string& tokenizer_path,
-                            int64_t keep_last);
+// The hidden directory a save of `step` writes into, emptied of any leftover of an earlier
+// failed save and created (call on one rank, before the others write).
+std::string prepare_checkpoint_dir(const std::string& ckpt_root, int64_t step);
+// Its path (on every rank).
+std::string checkpoint_tmp_dir(const std::string& ckpt_root, int64_t step);
+// The file rank `rank` writes its slices to, inside the prepared directory.
+std::string rank_slice_path(const std::string& tmp_dir, int rank);
+// Commits the prepared directory once every rank's file is in it (call on one rank): writes the
+// index from the rank files, the tokenizer, state.json last, renames it into place, moves
+// `latest` and deletes all but the newest keep_last. Returns the committed directory.
+std::string commit_checkpoint(const std::string& ckpt_root, const CheckpointState& state,
+                              const std::string& tokenizer_path, int64_t keep_last);
+// Removes the prepared directory of a save that failed.
+void abandon_checkpoint(const std::string& ckpt_root, int64_t step);
+
+// Committed checkpoint directories under ckpt_root, newest first.
+std::vector<std::string> committed_checkpoints(const std::string& ckpt_root);
+
+// The slices index.json lists; throws CheckpointCorrupt when it is missing or malformed.
+std::vector<SliceEntry> read_checkpoint_index(const std::string& dir);
 
 // The directory `latest` names under ckpt_root, or nullopt when there is none.
 std::optional<std::string> latest_checkpoint(const std::string& ckpt_root);
@@ -43,8 +63,8 @@ std::optional<std::string> latest_checkpoint(const std::string& ckpt_root);
 // root); throws naming the file when it is missing or malformed.
 CheckpointState read_checkpoint_state(const std::string& dir);
 
-// Loads parameters into param_data (flat layout of `params`; every parameter must be present
-// with the same shape) and, when exp_avg/exp_avg_sq are not null, the optimizer moments.
+// Loads every local block of `params` (values into param_data, a buffer in its flat layout) and,
+// when exp_avg/exp_avg_sq are not null, the optimizer moments, whatever layout saved them.
 void load_checkpoint_tensors(const std::string& dir, const ParamStore& params, float* param_data,
                              float* exp_avg, float* exp_avg_sq);
 

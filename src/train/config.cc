@@ -58,6 +58,7 @@ const Field kFields[] = {
     STRATA_FIELD(train, log_every),
     STRATA_FIELD(train, checkpoint_every),
     STRATA_FIELD(train, keep_last),
+    STRATA_FIELD(train, async_checkpoint),
     STRATA_FIELD(train, precision),
     STRATA_FIELD(train, recompute),
     STRATA_FIELD(train, recompute_layers),

@@ -24,6 +24,9 @@ struct TrainConfig {
   int64_t log_every = 10;        // steps between plain log lines when not on a terminal
   int64_t checkpoint_every = 0;  // steps between checkpoints (0: only at the end)
   int64_t keep_last = 2;         // checkpoints kept
+  // Snapshot the state into a buffer and write it on a background thread while training goes on
+  // (false: write before the next step starts).
+  bool async_checkpoint = true;
   // "f32", or mixed precision "bf16" / "fp16": 16-bit GEMMs with f32 accumulation, f32 master
   // weights and optimizer state; fp16 adds dynamic loss scaling ([fp16]).
   std::string precision = "f32";

@@ -247,74 +247,6 @@ void Trainer::prepare_data() {
   }
 }
 
-void Trainer::resume() {
-  const std::string& mode = config_.run.resume;
-  if (mode == "none") return;
-  std::string dir;
-  if (mode == "auto") {
-    auto latest = latest_checkpoint((fs::path(config_.run.dir) / "ckpt").string());
-    if (!latest) return;
-    dir = *latest;
-  } else {
-    dir = resolve_checkpoint(mode);
-  }
-  const CheckpointState state = read_checkpoint_state(dir);
-  ParamStore& params = model_->params();
-  if (!mp_ && (!dp_ || dp_->zero_stage() == 0) && !offload_) {
-    load_checkpoint_tensors(dir, params, params.data(), optimizer_->first_moment(),
-                            optimizer_->second_moment());
-  } else {
-    // Every rank reads the global tensors and keeps its own blocks (tp, pp) and slices (ZeRO).
-    const ParamStore whole = mp_ ? mp_->whole_layout() : params;
-    std::vector<float> gp(static_cast<size_t>(whole.size())), gm(gp.size()), gv(gp.size());
-    load_checkpoint_tensors(dir, whole, gp.data(), gm.data(), gv.data());
-    const size_t local = mp_ ? static_cast<size_t>(params.size()) : 0;
-    std::vector<float> lp(local), lm(local), lv(local);
-    if (mp_) {
-      mp_->scatter(gp.data(), lp.data());
-      mp_->scatter(gm.data(), lm.data());
-      mp_->scatter(gv.data(), lv.data());
-    } else {
-      lp.swap(gp);
-      lm.swap(gm);
-      lv.swap(gv);
-    }
-    if (dp_ && dp_->params_sharded())
-      dp_->scatter_from_full(lp.data(), dp_->shard_params());
-    else
-      std::copy(lp.begin(), lp.end(), params.data());
-    // The optimizer's state layout: the ZeRO shard, or the full local layout.
-    const bool sharded = dp_ && dp_->optimizer_sharded();
-    auto to_state = [&](const std::vector<float>& full, float* out) {
-      if (sharded)
-        dp_->scatter_from_full(full.data(), out);
-      else
-        std::copy(full.begin(), full.end(), out);
-    };
-    if (offload_) {
-      std::vector<float> sp, sm, sv;
-      for (std::vector<float>* buf : {&sp, &sm, &sv})
-        buf->assign(static_cast<size_t>(offload_->state_size()), 0.0f);
-      to_state(lp, sp.data());
-      to_state(lm, sm.data());
-      to_state(lv, sv.data());
-      offload_->write_state(sp.data(), sm.data(), sv.data());
-    } else {
-      to_state(lm, optimizer_->first_moment());
-      to_state(lv, optimizer_->second_moment());
-    }
-  }
-  params.bump_version();
-  step_ = state.step;
-  if (offload_)
-    offload_->set_steps_taken(state.step);
-  else
-    optimizer_->set_steps_taken(state.step);
-  if (scaler_ && state.extra.contains("loss_scaler")) scaler_->restore(state.extra["loss_scaler"]);
-  if (!state.data.is_null() && !state.data.empty()) train_data_->restore(state.data);
-  log::info("resumed from ", dir, " at step ", step_, " (data at ", train_data_->position(), ")");
-}
-
 StepResult Trainer::train_step() {
   const TrainConfig& t = config_.train;
   const auto t0 = Clock::now();
@@ -444,56 +376,16 @@ std::vector<float> Trainer::global_params() {
   return to_global(local_full(sharded ? dp_->shard_params() : model_->params().data(), sharded));
 }
 
-std::string Trainer::save() {
-  CheckpointState state;
-  state.step = step_;
-  state.config = config_to_json(config_);
-  state.data = train_data_->state();
-  // The schedule and every random stream are functions of (config, step): initialisation and
-  // sampling draw from counter-based Philox streams keyed by the seed, and training itself
-  // draws nothing, so these records are what a resume needs to continue exactly.
-  state.extra["scheduler"] = {{"step", step_},
-                              {"lr", learning_rate(config_.optim, step_, config_.train.steps)},
-                              {"decay", config_.optim.decay}};
-  state.extra["rng"] = {
-      {"generator", "philox4x32-10"}, {"seed", config_.train.seed}, {"draws_per_step", 0}};
-  state.extra["optimizer"] = {{"type", "adamw"}, {"steps_taken", optimizer_steps()}};
-  if (scaler_) state.extra["loss_scaler"] = scaler_->state();
-  const auto t0 = Clock::now();
-  // Checkpoints hold global tensors: shards are gathered (every rank takes part).
-  const std::vector<float> params = global_params();
-  // The moments in the optimizer's state layout (read back from the files when offloaded).
-  std::vector<float> offloaded_m, offloaded_v;
-  const float* m_state = optimizer_ ? optimizer_->first_moment() : nullptr;
-  const float* v_state = optimizer_ ? optimizer_->second_moment() : nullptr;
-  if (offload_) {
-    std::vector<float> master;
-    for (std::vector<float>* buf : {&master, &offloaded_m, &offloaded_v})
-      buf->assign(static_cast<size_t>(offload_->state_size()), 0.0f);
-    offload_->read_state(master.data(), offloaded_m.data(), offloaded_v.data());
-    m_state = offloaded_m.data();
-    v_state = offloaded_v.data();
-  }
-  const bool sharded = dp_ && dp_->optimizer_sharded();
-  const std::vector<float> m = to_global(local_full(m_state, sharded));
-  const std::vector<float> v = to_global(local_full(v_state, sharded));
-  std::string dir;
-  if (is_rank0()) {
-    const ParamStore& layout = mp_ ? mp_->whole_layout() : model_->params();
-    dir = save_checkpoint((fs::path(config_.run.dir) / "ckpt").string(), layout, params.data(),
-                          m.data(), v.data(), state, tokenizer_path_, config_.train.keep_last);
-    log::info("saved checkpoint ", dir, " in ", seconds_since(t0), " s");
-  }
-  if (groups_) groups_->world().barrier();
-  return dir;
-}
-
 void Trainer::write_metrics(const StepResult& r, double tokens_per_s, double mfu, double val_loss) {
   nlohmann::json j;
   j["step"] = r.step;
   j["loss"] = r.loss;
   j["lr"] = r.lr;
   j["grad_norm"] = r.grad_norm;
+  if (!last_checkpoint_.is_null()) {  // committed since the last line
+    j["checkpoint"] = last_checkpoint_;
+    last_checkpoint_ = nullptr;
+  }
   if (scaler_) {
     j["loss_scale"] = r.loss_scale;
     j["skipped_steps"] = scaler_->skipped_steps();
@@ -570,12 +462,15 @@ double Trainer::run() {
     if (is_rank0())
       console_->update(
           {r.step, t.steps, r.loss, r.lr, r.grad_norm, tokens_per_step / smoothed, mfu, smoothed});
+    // A save in flight is committed as soon as every rank's file is written.
+    poll_checkpoint(false);
     if ((t.checkpoint_every > 0 && r.step % t.checkpoint_every == 0) || r.step == t.steps) {
       console_->finish();
       heartbeat("checkpoint");
-      save();
+      begin_save();
     }
   }
+  poll_checkpoint(true);  // the last checkpoint is committed before the job ends
   console_->finish();
   if (arena_.allocations_after_freeze() > 0)
     log::warn(arena_.allocations_after_freeze(),

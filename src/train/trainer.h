@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "comm/process_groups.h"
@@ -18,6 +19,8 @@
 #include "parallel/pipeline_executor.h"
 #include "track/console.h"
 #include "track/metrics.h"
+#include "train/async_checkpoint.h"
+#include "train/checkpoint.h"
 #include "train/config.h"
 #include "train/token_source.h"
 
@@ -56,7 +59,13 @@ class Trainer {
   // Pieces, for tests and tools.
   StepResult train_step();
   double evaluate();
+  // Saves a checkpoint and waits until it is committed; returns its directory (collective).
   std::string save();
+  // Starts a save: snapshot and background write with train.async_checkpoint, else the write
+  // itself. poll_checkpoint commits it once every rank's file is complete (collective; `wait`
+  // blocks until then) and returns the committed directory ("" while it is not, or failed).
+  void begin_save();
+  std::string poll_checkpoint(bool wait);
   Decoder& model() { return *model_; }
   DataParallel* data_parallel() { return dp_.get(); }
   ModelParallel* model_parallel() { return mp_.get(); }
@@ -72,6 +81,11 @@ class Trainer {
  private:
   void prepare_data();
   void resume();
+  // Loads the checkpoint in `dir` into this rank's buffers (whatever layout saved it); throws
+  // CheckpointCorrupt naming a damaged file.
+  void load_checkpoint(const std::string& dir);
+  std::vector<SliceSource> checkpoint_sources();
+  CheckpointState checkpoint_state() const;
   void write_metrics(const StepResult& r, double tokens_per_s, double mfu, double val_loss);
   void sample_at_end();
   bool is_rank0() const { return rank_ == 0; }
@@ -104,6 +118,11 @@ class Trainer {
   int64_t step_ = 0;
   double peak_flops_ = 0;
   double unigram_baseline_ = 0;
+  AsyncCheckpointWriter ckpt_writer_;
+  std::optional<CheckpointState> pending_save_;       // started, not yet committed
+  std::optional<CheckpointWriteResult> ckpt_result_;  // this rank's write, once finished
+  std::vector<float> offload_snapshot_;               // master, m, v read back from the files
+  nlohmann::json last_checkpoint_;                    // the latest commit, for the next metrics
   std::unique_ptr<JsonlWriter> metrics_;
   std::unique_ptr<ConsoleProgress> console_;
 };

@@ -83,8 +83,9 @@ TEST(Recompute, GradientsAreBitwiseIdentical) {
   }
 }
 
-// In mixed precision q, k, v are kept in 16 bits and attention runs in f32 on the rounded
-// values: flash and naive attention then see identical inputs and train alike.
+// In mixed precision q, k, v are kept in 16 bits: naive attention runs in f32 on the rounded
+// values, bf16 flash attention multiplies them with vdpbf16ps and rounds P and dS to bf16 too;
+// both train alike (gradients within bf16's resolution).
 TEST(Recompute, FlashMatchesNaiveUnderMixedPrecision) {
   for (ModelFamily family : {ModelFamily::gpt2, ModelFamily::llama}) {
     const Grads naive = run(model(family, 2, "naive"), {}, 2, 16, DType::bf16);

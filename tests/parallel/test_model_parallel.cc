@@ -249,26 +249,24 @@ std::vector<Case> all_cases() {
 // A checkpoint holds global tensors: saved by one layout (tp = 2 with pipeline stages), it resumes
 // on another (the same ranks as pipeline stages only) and in one process, and both continue with
 // the losses and parameters of the run that was never interrupted.
-TEST(ModelParallelCheckpoint, ResumesOnAnotherLayout) {
+// Saves with layout a after half the steps (every rank writing its own slices), resumes with
+// layout c and in one process, and compares both with the uninterrupted run of a (same global
+// batch: the micro-batch per rank scales with 1 / dp).
+void check_resume_on_other_layout(const Case& a, const Case& c, const std::string& tag) {
+  ASSERT_EQ(kBatch * a.dp % c.dp, 0);
   const int world = world_size();
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  Case a{"gpt2", 2, world >= 4 ? 2 : 1, 1};
-  a.dp = world / (a.tp * a.pp);
-  a.zero = a.dp > 1 ? 1 : 0;
-  Case c = a;
-  c.tp = 1;
-  c.pp = a.tp * a.pp;
-  c.sp = false;
   const std::string base =
-      (fs::temp_directory_path() / cat("strata_test_mp_ckpt_np", world, "_")).string();
+      (fs::temp_directory_path() / cat("strata_test_mp_ckpt_np", world, "_", tag, "_")).string();
   {
     ProcessGroups g = ProcessGroups::create(resolve_layout(a.tp, a.pp, a.dp, a.zero, world));
-    Trainer t(config_for(a, kBatch, a.micro_batches, cat(base, "a_", rank)), &g);
+    // One run directory for the job, as on a shared filesystem: every rank writes its slices.
+    Trainer t(config_for(a, kBatch, a.micro_batches, cat(base, "a")), &g);
     for (int i = 0; i < kSteps / 2; ++i) t.train_step();
     t.save();
   }
-  const std::string ckpt = cat(base, "a_0/ckpt");
+  const std::string ckpt = cat(base, "a/ckpt");
   auto resumed = [&](const RunConfig& config, ProcessGroups* g) {
     RunConfig cfg = config;
     cfg.run.resume = ckpt;
@@ -281,7 +279,7 @@ TEST(ModelParallelCheckpoint, ResumesOnAnotherLayout) {
   };
   ProcessGroups g = ProcessGroups::create(resolve_layout(c.tp, c.pp, c.dp, c.zero, world));
   const RunResult other =
-      resumed(config_for(c, kBatch, c.micro_batches, cat(base, "c_", rank)), &g);
+      resumed(config_for(c, kBatch * a.dp / c.dp, c.micro_batches, cat(base, "c")), &g);
   int ok = 1;
   if (rank == 0) {
     const RunResult& want = reference(a);
@@ -308,6 +306,31 @@ TEST(ModelParallelCheckpoint, ResumesOnAnotherLayout) {
   }
   MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
   EXPECT_EQ(ok, 1);
+}
+
+TEST(ModelParallelCheckpoint, ResumesOnAnotherLayout) {
+  const int world = world_size();
+  Case a{"gpt2", 2, world >= 4 ? 2 : 1, 1};
+  a.dp = world / (a.tp * a.pp);
+  a.zero = a.dp > 1 ? 1 : 0;
+  Case c = a;
+  c.tp = 1;
+  c.pp = a.tp * a.pp;
+  c.sp = false;
+  check_resume_on_other_layout(a, c, "tp_pp");
+}
+
+// ZeRO shards (dp = world, ZeRO-1 moments and ZeRO-3 master weights) into tensor and pipeline
+// blocks, and those into ZeRO shards of another dp size.
+TEST(ModelParallelCheckpoint, ZeroShardsReshardIntoTensorAndPipelineBlocks) {
+  const int world = world_size();
+  for (int zero : {1, 3}) {
+    Case a{"llama", 1, 1, world, 1, zero};
+    Case c{"llama", 2, world / 2, 1};
+    check_resume_on_other_layout(a, c, cat("z", zero, "_to_tp_pp"));
+    // Back into ZeRO shards of another dp size (tp takes the other ranks).
+    check_resume_on_other_layout(c, Case{"llama", world / 2, 1, 2, 1, zero}, cat("to_z", zero));
+  }
 }
 
 // Each rank holds 1/tp of every split parameter and only its pipeline stage's layers: its

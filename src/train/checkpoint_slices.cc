@@ -1,0 +1,229 @@
+#include "train/checkpoint_slices.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+
+#include "io/checksum.h"
+#include "io/safetensors.h"
+
+namespace strata {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kSlicesKey = "strata.slices";
+
+int64_t product(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+// A contiguous stretch of a slice's elements that is also contiguous in the global tensor.
+struct Run {
+  int64_t global = 0;  // first global element (row-major in global_shape)
+  int64_t local = 0;   // offset from the slice's first element
+  int64_t count = 0;
+};
+
+// The runs of a slice, in increasing global order (a block with one sharded dimension maps
+// row-major local order onto increasing global order).
+std::vector<Run> runs_of(const SliceEntry& e) {
+  std::vector<Run> runs;
+  if (e.count <= 0) return runs;
+  const int ndim = static_cast<int>(e.block_shape.size());
+  if (e.slice_dim < 0) {
+    runs.push_back(Run{e.begin, 0, e.count});
+    return runs;
+  }
+  int64_t inner = 1;
+  for (int k = e.slice_dim + 1; k < ndim; ++k) inner *= e.block_shape[k];
+  const int64_t extent = e.block_shape[e.slice_dim] * inner;  // contiguous in both
+  const int64_t global_dim = e.global_shape[e.slice_dim];
+  for (int64_t i = e.begin; i < e.begin + e.count;) {
+    const int64_t outer = i / extent, rest = i % extent;
+    const int64_t n = std::min(extent - rest, e.begin + e.count - i);
+    runs.push_back(Run{outer * global_dim * inner + e.slice_begin * inner + rest, i - e.begin, n});
+    i += n;
+  }
+  return runs;
+}
+
+std::string slice_key(const SliceEntry& e) {
+  return cat(e.tensor, "@", e.slice_dim, ":", e.slice_begin, "/", e.begin);
+}
+
+uint64_t checksum_of(const float* data, int64_t count) {
+  io::XxHash64 h;
+  h.update(data, static_cast<size_t>(count) * sizeof(float));
+  return h.finish();
+}
+
+}  // namespace
+
+nlohmann::json slice_to_json(const SliceEntry& e) {
+  return {{"tensor", e.tensor},
+          {"global_shape", e.global_shape},
+          {"block_shape", e.block_shape},
+          {"slice_dim", e.slice_dim},
+          {"slice_begin", e.slice_begin},
+          {"begin", e.begin},
+          {"count", e.count},
+          {"file", e.file},
+          {"key", e.key},
+          {"xxh64", io::hex64(e.checksum)}};
+}
+
+SliceEntry slice_from_json(const nlohmann::json& j) {
+  SliceEntry e;
+  try {
+    e.tensor = j.at("tensor").get<std::string>();
+    e.global_shape = j.at("global_shape").get<std::vector<int64_t>>();
+    e.block_shape = j.at("block_shape").get<std::vector<int64_t>>();
+    e.slice_dim = j.at("slice_dim").get<int>();
+    e.slice_begin = j.at("slice_begin").get<int64_t>();
+    e.begin = j.at("begin").get<int64_t>();
+    e.count = j.at("count").get<int64_t>();
+    e.file = j.at("file").get<std::string>();
+    e.key = j.at("key").get<std::string>();
+    e.checksum = std::stoull(j.at("xxh64").get<std::string>(), nullptr, 16);
+  } catch (const std::exception& ex) {
+    fail("checkpoint index: malformed slice entry ", j.dump(), " (", ex.what(), ")");
+  }
+  const int ndim = static_cast<int>(e.block_shape.size());
+  STRATA_CHECK(ndim == static_cast<int>(e.global_shape.size()) && e.slice_dim < ndim &&
+                   e.begin >= 0 && e.count >= 0 && e.begin + e.count <= product(e.block_shape),
+               "checkpoint index: inconsistent slice entry ", j.dump());
+  return e;
+}
+
+SliceEntry block_of(const ParamInfo& p, const std::string& kind, int64_t begin, int64_t count) {
+  SliceEntry e;
+  e.tensor = kind + p.name;
+  e.block_shape.assign(p.shape.begin(), p.shape.begin() + p.ndim);
+  e.global_shape.assign(p.global_shape.begin(), p.global_shape.begin() + p.ndim);
+  e.slice_dim = p.slice.dim;
+  e.slice_begin = p.slice.dim < 0 ? 0 : p.slice.begin;
+  e.begin = begin;
+  e.count = count;
+  return e;
+}
+
+std::vector<SliceEntry> write_slice_file(const std::string& path,
+                                         const std::vector<SliceSource>& sources) {
+  std::vector<SliceEntry> entries;
+  std::vector<io::TensorRef> refs;
+  entries.reserve(sources.size());
+  refs.reserve(sources.size());
+  nlohmann::json list = nlohmann::json::array();
+  for (const SliceSource& s : sources) {
+    SliceEntry e = s.entry;
+    e.file = fs::path(path).filename().string();
+    e.key = slice_key(e);
+    e.checksum = checksum_of(s.data, e.count);
+    refs.push_back(io::TensorRef{e.key, DType::f32, {e.count}, s.data});
+    list.push_back(slice_to_json(e));
+    entries.push_back(std::move(e));
+  }
+  io::write_safetensors(path, refs, {{"format", "strata-slices"}, {kSlicesKey, list.dump()}});
+  return entries;
+}
+
+std::vector<SliceEntry> read_slice_file_entries(const std::string& path) {
+  std::vector<SliceEntry> entries;
+  try {
+    const io::SafetensorsFile file = io::SafetensorsFile::open(path);
+    const auto it = file.metadata().find(kSlicesKey);
+    STRATA_CHECK(it != file.metadata().end(), "'", path, "' has no slice list");
+    for (const nlohmann::json& j : nlohmann::json::parse(it->second))
+      entries.push_back(slice_from_json(j));
+  } catch (const std::exception& e) {
+    throw CheckpointCorrupt(path, e.what());
+  }
+  return entries;
+}
+
+void load_slices(const std::string& dir, const std::vector<SliceEntry>& entries,
+                 const std::vector<SliceTarget>& targets) {
+  std::map<std::string, std::vector<const SliceEntry*>> by_tensor;
+  for (const SliceEntry& e : entries) by_tensor[e.tensor].push_back(&e);
+  // Per target: its runs, and how many of its elements have been filled.
+  struct Want {
+    const SliceTarget* target;
+    std::vector<Run> runs;
+    int64_t filled = 0;
+  };
+  std::map<std::string, std::vector<Want>> wants;
+  for (const SliceTarget& t : targets) {
+    const auto it = by_tensor.find(t.block.tensor);
+    STRATA_CHECK(it != by_tensor.end(), "checkpoint '", dir, "' has no tensor '", t.block.tensor,
+                 "': it was saved from a different model; check model.* in the config");
+    STRATA_CHECK(it->second.front()->global_shape == t.block.global_shape, "checkpoint '", dir,
+                 "': tensor '", t.block.tensor,
+                 "' has a different shape than this model's; check model.* in the config");
+    wants[t.block.tensor].push_back(Want{&t, runs_of(t.block), 0});
+  }
+  std::map<std::string, io::SafetensorsFile> files;
+  auto open = [&](const std::string& name) -> const io::SafetensorsFile& {
+    auto it = files.find(name);
+    if (it != files.end()) return it->second;
+    const std::string path = (fs::path(dir) / name).string();
+    try {
+      return files.emplace(name, io::SafetensorsFile::open(path)).first->second;
+    } catch (const std::exception& e) {
+      throw CheckpointCorrupt(path, e.what());
+    }
+  };
+  std::vector<float> buf;
+  for (auto& [tensor, list] : wants) {
+    for (const SliceEntry* s : by_tensor[tensor]) {
+      const std::vector<Run> src = runs_of(*s);
+      if (src.empty()) continue;
+      const int64_t lo = src.front().global, hi = src.back().global + src.back().count;
+      bool needed = false;
+      for (const Want& w : list)
+        for (const Run& r : w.runs) needed |= r.global < hi && r.global + r.count > lo;
+      if (!needed) continue;
+      const io::SafetensorsFile& file = open(s->file);
+      buf.assign(static_cast<size_t>(s->count), 0.0f);
+      try {
+        file.read_into(s->key, buf.data(), buf.size() * sizeof(float));
+      } catch (const std::exception& e) {
+        throw CheckpointCorrupt(file.path(), e.what());
+      }
+      if (checksum_of(buf.data(), s->count) != s->checksum)
+        throw CheckpointCorrupt(file.path(), cat("checkpoint file '", file.path(), "': slice '",
+                                                 s->key, "' does not match its checksum"));
+      // Both run lists increase in global order: one merge per target.
+      for (Want& w : list) {
+        size_t a = 0, b = 0;
+        while (a < w.runs.size() && b < src.size()) {
+          const Run& t = w.runs[a];
+          const Run& r = src[b];
+          const int64_t from = std::max(t.global, r.global);
+          const int64_t to = std::min(t.global + t.count, r.global + r.count);
+          if (from < to) {
+            std::copy_n(buf.data() + r.local + (from - r.global), to - from,
+                        w.target->dst + t.local + (from - t.global));
+            w.filled += to - from;
+          }
+          if (t.global + t.count <= r.global + r.count)
+            ++a;
+          else
+            ++b;
+        }
+      }
+    }
+  }
+  // Overlapping slices (replicas saved twice) may fill an element more than once; a gap would
+  // leave the count short.
+  for (const auto& [tensor, list] : wants)
+    for (const Want& w : list)
+      STRATA_CHECK(w.filled >= w.target->block.count, "checkpoint '", dir, "': tensor '", tensor,
+                   "' is not completely stored (", w.filled, " of ", w.target->block.count,
+                   " elements of this rank's part found); the checkpoint is incomplete");
+}
+
+}  // namespace strata

@@ -1,0 +1,243 @@
+// The trainer's checkpoints: which slices this rank saves, the asynchronous save and its
+// collective commit, and loading (on any layout, falling back past damaged checkpoints).
+#include <chrono>
+#include <filesystem>
+
+#include "core/log.h"
+#include "train/trainer.h"
+
+namespace strata {
+
+namespace fs = std::filesystem;
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+std::string ckpt_root_of(const RunConfig& c) {
+  return (fs::path(c.run.dir) / "ckpt").string();
+}
+}  // namespace
+
+CheckpointState Trainer::checkpoint_state() const {
+  CheckpointState state;
+  state.step = step_;
+  state.config = config_to_json(config_);
+  state.data = train_data_->state();
+  // The schedule and every random stream are functions of (config, step): initialisation and
+  // sampling draw from counter-based Philox streams keyed by the seed, and training itself
+  // draws nothing, so these records are what a resume needs to continue exactly.
+  state.extra["scheduler"] = {{"step", step_},
+                              {"lr", learning_rate(config_.optim, step_, config_.train.steps)},
+                              {"decay", config_.optim.decay}};
+  state.extra["rng"] = {
+      {"generator", "philox4x32-10"}, {"seed", config_.train.seed}, {"draws_per_step", 0}};
+  state.extra["optimizer"] = {{"type", "adamw"}, {"steps_taken", optimizer_steps()}};
+  if (scaler_) state.extra["loss_scaler"] = scaler_->state();
+  return state;
+}
+
+// Each element is saved by exactly one rank: the first tp holder of replicated elements, the
+// first stage's copy of a tied embedding, dp rank 0 for replicated buffers, and every dp rank
+// for its ZeRO shard (f32 master weights under ZeRO-3, Adam moments from ZeRO-1 on).
+std::vector<SliceSource> Trainer::checkpoint_sources() {
+  const ParamStore& params = model_->params();
+  const float* m = optimizer_ ? optimizer_->first_moment() : nullptr;
+  const float* v = optimizer_ ? optimizer_->second_moment() : nullptr;
+  if (offload_) {
+    const size_t n = static_cast<size_t>(offload_->state_size());
+    if (offload_snapshot_.size() < 3 * n) offload_snapshot_.resize(3 * n);
+    offload_->read_state(offload_snapshot_.data(), offload_snapshot_.data() + n,
+                         offload_snapshot_.data() + 2 * n);
+    m = offload_snapshot_.data() + n;
+    v = offload_snapshot_.data() + 2 * n;
+  }
+  const bool dp_lead = !groups_ || groups_->dp().rank() == 0;
+  const bool params_sharded = dp_ && dp_->params_sharded();
+  const bool state_sharded = dp_ && dp_->optimizer_sharded();
+  const float* pbase = params_sharded ? dp_->shard_params() : params.data();
+  std::vector<SliceSource> out;
+  for (int i = 0; i < params.count(); ++i) {
+    const ParamInfo& p = params.info(i);
+    if (p.slice.holder_index != 0 || p.slice.stage_copy) continue;
+    auto add = [&](const char* kind, const float* base, bool sharded) {
+      if (sharded) {
+        for (const DataParallel::ShardRun& r : dp_->shard_runs(i))
+          out.push_back(SliceSource{block_of(p, kind, r.begin, r.count), base + r.shard_offset});
+      } else if (dp_lead) {
+        out.push_back(SliceSource{block_of(p, kind, 0, p.numel), base + p.offset});
+      }
+    };
+    add("", pbase, params_sharded);
+    add("exp_avg.", m, state_sharded);
+    add("exp_avg_sq.", v, state_sharded);
+  }
+  return out;
+}
+
+void Trainer::begin_save() {
+  if (pending_save_) poll_checkpoint(true);  // one save in flight at a time
+  const std::string root = ckpt_root_of(config_);
+  const CheckpointState state = checkpoint_state();
+  // Rank 0 empties the directory every rank writes into before anyone does.
+  if (is_rank0()) prepare_checkpoint_dir(root, state.step);
+  if (groups_) groups_->world().barrier();
+  const std::vector<SliceSource> sources = checkpoint_sources();
+  ckpt_result_.reset();
+  if (!sources.empty())
+    ckpt_writer_.start(rank_slice_path(checkpoint_tmp_dir(root, state.step), rank_), sources,
+                       config_.train.async_checkpoint);
+  else
+    ckpt_result_ = CheckpointWriteResult{};  // nothing of its own to save
+  pending_save_ = state;
+}
+
+std::string Trainer::poll_checkpoint(bool wait) {
+  if (!pending_save_) return "";
+  if (!ckpt_result_ && (wait || ckpt_writer_.done())) {
+    ckpt_result_ = ckpt_writer_.wait();
+    if (!ckpt_result_->ok)
+      log::error("checkpoint at step ", pending_save_->step, ": rank ", rank_,
+                 " could not write its slices: ", ckpt_result_->error);
+  }
+  // [still writing, failed, blocked s, write s] maxed over ranks; bytes summed.
+  float flags[4] = {ckpt_result_ ? 0.0f : 1.0f, ckpt_result_ && !ckpt_result_->ok ? 1.0f : 0.0f, 0,
+                    0};
+  if (ckpt_result_) {
+    flags[2] = static_cast<float>(ckpt_result_->blocked_s);
+    flags[3] = static_cast<float>(ckpt_result_->write_s);
+  }
+  float mb = ckpt_result_ ? static_cast<float>(ckpt_result_->bytes / 1e6) : 0.0f;
+  if (groups_) {
+    groups_->world().all_reduce(flags, 4, DType::f32, ReduceOp::max)->wait();
+    if (flags[0] == 0) groups_->world().all_reduce(&mb, 1, DType::f32, ReduceOp::sum)->wait();
+  }
+  if (flags[0] > 0) return "";  // a rank is still writing
+  const CheckpointState state = *pending_save_;
+  pending_save_.reset();
+  ckpt_result_.reset();
+  const std::string root = ckpt_root_of(config_);
+  std::string dir;
+  if (flags[1] > 0) {
+    if (is_rank0()) {
+      abandon_checkpoint(root, state.step);
+      log::error("checkpoint at step ", state.step,
+                 " failed (see the rank logs); the previous checkpoint is kept");
+    }
+  } else if (is_rank0()) {
+    const auto t0 = Clock::now();
+    dir = commit_checkpoint(root, state, tokenizer_path_, config_.train.keep_last);
+    const double write_s = std::max(1e-9, static_cast<double>(flags[3]));
+    last_checkpoint_ = {{"step", state.step},
+                        {"blocked_s", flags[2]},
+                        {"write_s", flags[3]},
+                        {"commit_s", seconds_since(t0)},
+                        {"mb", mb},
+                        {"mb_per_s", mb / write_s},
+                        {"async", config_.train.async_checkpoint}};
+    log::info("checkpoint ", dir, " committed: ", mb, " MB in ", flags[3], " s (", mb / write_s,
+              " MB/s); training blocked ", flags[2], " s");
+  }
+  if (wait && groups_) groups_->world().barrier();
+  return dir;
+}
+
+std::string Trainer::save() {
+  begin_save();
+  return poll_checkpoint(true);
+}
+
+void Trainer::load_checkpoint(const std::string& dir) {
+  ParamStore& params = model_->params();
+  const std::vector<SliceEntry> entries = read_checkpoint_index(dir);
+  const bool params_sharded = dp_ && dp_->params_sharded();
+  const bool state_sharded = dp_ && dp_->optimizer_sharded();
+  float* m = optimizer_ ? optimizer_->first_moment() : nullptr;
+  float* v = optimizer_ ? optimizer_->second_moment() : nullptr;
+  float* master = nullptr;  // the offloaded master weights (state layout)
+  if (offload_) {
+    const size_t n = static_cast<size_t>(offload_->state_size());
+    if (offload_snapshot_.size() < 3 * n) offload_snapshot_.resize(3 * n);
+    master = offload_snapshot_.data();
+    m = master + n;
+    v = master + 2 * n;
+  }
+  float* pbase = params_sharded ? dp_->shard_params() : params.data();
+  std::vector<SliceTarget> targets;
+  for (int i = 0; i < params.count(); ++i) {
+    const ParamInfo& p = params.info(i);
+    auto add = [&](const char* kind, float* base, bool sharded) {
+      if (!sharded) {
+        targets.push_back(SliceTarget{block_of(p, kind, 0, p.numel), base + p.offset});
+        return;
+      }
+      for (const DataParallel::ShardRun& r : dp_->shard_runs(i))
+        targets.push_back(SliceTarget{block_of(p, kind, r.begin, r.count), base + r.shard_offset});
+    };
+    add("", pbase, params_sharded);
+    if (master) add("", master, state_sharded);
+    add("exp_avg.", m, state_sharded);
+    add("exp_avg_sq.", v, state_sharded);
+  }
+  load_slices(dir, entries, targets);
+  if (offload_) offload_->write_state(master, m, v);
+}
+
+void Trainer::resume() {
+  const std::string& mode = config_.run.resume;
+  if (mode == "none") return;
+  const std::string root = ckpt_root_of(config_);
+  std::vector<std::string> candidates;
+  if (mode == "auto") {
+    auto latest = latest_checkpoint(root);
+    if (!latest) return;
+    candidates.push_back(*latest);
+  } else {
+    candidates.push_back(resolve_checkpoint(mode));
+  }
+  // Older committed checkpoints are the fallbacks when one turns out to be damaged.
+  const std::string chosen_root = fs::path(candidates.front()).parent_path().string();
+  for (const std::string& d : committed_checkpoints(chosen_root))
+    if (d < candidates.front()) candidates.push_back(d);
+  for (size_t c = 0; c < candidates.size(); ++c) {
+    const std::string& dir = candidates[c];
+    // Every rank checks what it reads; all agree before anyone moves on.
+    float bad = 0;
+    CheckpointState state;
+    try {
+      state = read_checkpoint_state(dir);
+      load_checkpoint(dir);
+    } catch (const CheckpointCorrupt& e) {
+      log::error("checkpoint ", dir, " is damaged: ", e.file(), ": ", e.what());
+      bad = static_cast<float>(rank_ + 1);
+    }
+    if (groups_) groups_->world().all_reduce(&bad, 1, DType::f32, ReduceOp::max)->wait();
+    if (bad > 0) {
+      const bool last = c + 1 == candidates.size();
+      if (is_rank0())
+        log::warn("checkpoint ", dir, " cannot be used (rank ", static_cast<int>(bad) - 1,
+                  " found a damaged file, named above)",
+                  last ? "" : cat("; falling back to ", candidates[c + 1]));
+      if (last)
+        fail("no usable checkpoint under ", chosen_root,
+             ": every one is damaged (see the messages above); remove them or set "
+             "run.resume = \"none\" to start over");
+      continue;
+    }
+    ParamStore& params = model_->params();
+    params.bump_version();
+    step_ = state.step;
+    if (offload_)
+      offload_->set_steps_taken(state.step);
+    else
+      optimizer_->set_steps_taken(state.step);
+    if (scaler_ && state.extra.contains("loss_scaler"))
+      scaler_->restore(state.extra["loss_scaler"]);
+    if (!state.data.is_null() && !state.data.empty()) train_data_->restore(state.data);
+    log::info("resumed from ", dir, " at step ", step_, " (data at ", train_data_->position(), ")");
+    return;
+  }
+}
+
+}  // namespace strata
