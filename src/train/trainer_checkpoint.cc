@@ -127,7 +127,16 @@ std::string Trainer::poll_checkpoint(bool wait) {
     }
   } else if (is_rank0()) {
     const auto t0 = Clock::now();
-    dir = commit_checkpoint(root, state, tokenizer_path_, config_.train.keep_last);
+    try {
+      dir = commit_checkpoint(root, state, tokenizer_path_, config_.train.keep_last);
+    } catch (const std::exception& e) {
+      // Nothing is renamed before state.json is complete: the previous checkpoint stands.
+      abandon_checkpoint(root, state.step);
+      log::error("checkpoint at step ", state.step, " could not be committed: ", e.what(),
+                 "; the previous checkpoint is kept");
+      if (wait && groups_) groups_->world().barrier();
+      return "";
+    }
     const double write_s = std::max(1e-9, static_cast<double>(flags[3]));
     last_checkpoint_ = {{"step", state.step},
                         {"blocked_s", flags[2]},
