@@ -3,6 +3,7 @@
 #
 #   bench/train_vs_torch.sh tiny|gpt2-124m [STEPS]
 #   PRECISION=bf16 bench/train_vs_torch.sh gpt2-124m    # strata bf16 vs torch.autocast(bfloat16)
+#   ATTENTION=flash ...                                 # strata's model.attention (default: config)
 #
 # Runs, one after the other (never concurrently):
 #   1. bench/gemm_peak.py         torch f32 GEMM GFLOP/s (the ceiling PyTorch works against)
@@ -21,6 +22,7 @@ set -euo pipefail
 NAME=${1:-}
 STEPS=${2:-}
 PRECISION=${PRECISION:-f32}
+ATTENTION=${ATTENTION:-}
 cd "$(dirname "$0")/.."
 PY=/usr/bin/python3
 THREADS=2
@@ -98,7 +100,7 @@ else
   if OMP_NUM_THREADS=$THREADS GLIBC_TUNABLES=glibc.malloc.hugetlb=1 ./build/strata train \
       "configs/$NAME.toml" --set data.source=synthetic --set "train.steps=$STEPS" \
       --set "run.dir=$RUN_DIR" --set "system.threads=$THREADS" --set run.resume=none \
-      --set "train.precision=$PRECISION" \
+      --set "train.precision=$PRECISION" ${ATTENTION:+--set "model.attention=$ATTENTION"} \
       > "$LOGDIR/strata.log" 2>&1; then
     STRATA_TPS=$("$PY" - "$RUN_DIR/metrics.jsonl" <<'EOF' || true
 import json, sys
