@@ -4,6 +4,7 @@
 #include "train/config.h"
 
 #include <toml++/toml.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -110,12 +111,34 @@ const Field kFields[] = {
     STRATA_FIELD(sample, max_new_tokens),
     STRATA_FIELD(sample, temperature),
     STRATA_FIELD(sample, top_k),
+    STRATA_FIELD(fault, crash_rank),
+    STRATA_FIELD(fault, crash_step),
+    STRATA_FIELD(fault, attempt),
+    STRATA_FIELD(fault, hang_rank),
+    STRATA_FIELD(fault, hang_step),
+    STRATA_FIELD(fault, slow_rank),
+    STRATA_FIELD(fault, slow_ms),
+    STRATA_FIELD(fault, nan_rank),
+    STRATA_FIELD(fault, nan_step),
+    STRATA_FIELD(fault, nan_steps),
+    STRATA_FIELD(fault, spike_step),
+    STRATA_FIELD(fault, diverge_rank),
+    STRATA_FIELD(fault, diverge_step),
+    STRATA_FIELD(fault, corrupt_step),
+    STRATA_FIELD(fault, fail_save_step),
+    STRATA_FIELD(anomaly, max_nonfinite),
+    STRATA_FIELD(anomaly, spike_window),
+    STRATA_FIELD(anomaly, spike_warmup),
+    STRATA_FIELD(anomaly, spike_zscore),
+    STRATA_FIELD(anomaly, spike_action),
+    STRATA_FIELD(anomaly, replica_check_every),
+    STRATA_FIELD(anomaly, straggler_factor),
 };
 
 #undef STRATA_FIELD
 
-const char* const kSections[] = {"model", "train",  "optim",    "data",   "data.filters",
-                                 "run",   "system", "parallel", "sample", "fp16"};
+const char* const kSections[] = {"model",  "train",    "optim",  "data", "data.filters", "run",
+                                 "system", "parallel", "sample", "fp16", "fault",        "anomaly"};
 
 const Field* find_field(const std::string& key) {
   for (const Field& f : kFields)
@@ -516,6 +539,17 @@ RunConfig parse_config(const std::string& toml_text, const std::string& source,
   Reader reader;
   reader.assign_root(root, source);
   for (const std::string& o : overrides) apply_override(reader, o);
+  // STRATA_FAULT_<KEY>=value: fault injection from the environment (forwarded by the launcher).
+  for (char** e = environ; *e; ++e) {
+    const std::string var(*e);
+    const std::string prefix = "STRATA_FAULT_";
+    const size_t eq = var.find('=');
+    if (var.rfind(prefix, 0) != 0 || eq == std::string::npos) continue;
+    std::string key = var.substr(prefix.size(), eq - prefix.size());
+    std::transform(key.begin(), key.end(), key.begin(),
+                   [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+    apply_override(reader, "fault." + key + "=" + var.substr(eq + 1));
+  }
   RunConfig& c = reader.config;
   // The family decides the default: GPT-2 ties the output head to the embedding, Llama does not.
   if (!reader.tie_embeddings_given) c.model.tie_embeddings = c.model.family == ModelFamily::gpt2;

@@ -10,6 +10,7 @@
 #include "data/data_config.h"
 #include "model/config.h"
 #include "optim/optim_config.h"
+#include "train/reliability_config.h"
 
 namespace strata {
 
@@ -82,6 +83,8 @@ struct RunConfig {
   ParallelConfig parallel;
   SampleConfig sample;
   LossScalerConfig fp16;  // [fp16]: loss scaling for train.precision = "fp16" (DeepSpeed's keys)
+  FaultConfig fault;      // [fault]: injected faults (reliability_config.h)
+  AnomalyConfig anomaly;  // [anomaly]: detectors
 };
 
 // Parses TOML text; `source` names the file in messages. Overrides are "section.key=value" with the

@@ -39,6 +39,15 @@ void validate_config(RunConfig& c, const std::string& where) {
   check(t.precision == "f32" || t.precision == "bf16" || t.precision == "fp16", where,
         "train.precision: unknown precision '", t.precision,
         "' (expected \"f32\", \"bf16\" or \"fp16\")");
+  const AnomalyConfig& an = c.anomaly;
+  check(an.spike_action == "log" || an.spike_action == "skip", where, "anomaly.spike_action: '",
+        an.spike_action, "' (expected \"log\" or \"skip\")");
+  check(an.max_nonfinite >= 1, where, "anomaly.max_nonfinite: must be at least 1, got ",
+        an.max_nonfinite);
+  check(an.spike_window >= 2 && an.spike_zscore > 0, where,
+        "anomaly.spike_window must be at least 2 and anomaly.spike_zscore positive");
+  check(an.replica_check_every >= 0 && an.straggler_factor >= 0, where,
+        "anomaly.replica_check_every and anomaly.straggler_factor must not be negative");
   check(c.optim.offload == "none" || c.optim.offload == "nvme", where, "optim.offload: '",
         c.optim.offload, "' (expected \"none\" or \"nvme\")");
   check(c.optim.offload_chunk_mb > 0, where, "optim.offload_chunk_mb: must be positive, got ",

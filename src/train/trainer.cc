@@ -62,6 +62,9 @@ Trainer::Trainer(RunConfig config, ProcessGroups* groups)
     groups_->set_timeout(config_.parallel.comm_timeout_s);
   }
   if (config_.system.threads > 0) omp_set_num_threads(static_cast<int>(config_.system.threads));
+  if (const char* a = std::getenv("STRATA_LAUNCH_ATTEMPT")) launch_attempt_ = std::atoll(a);
+  const AnomalyConfig& an = config_.anomaly;
+  spikes_ = std::make_unique<LossSpikeDetector>(an.spike_window, an.spike_warmup, an.spike_zscore);
   io::make_dirs(config_.run.dir);
   if (world_ > 1) {
     // Every rank keeps its own log; only rank 0 talks to the console (warnings and errors of
@@ -250,6 +253,7 @@ void Trainer::prepare_data() {
 StepResult Trainer::train_step() {
   const TrainConfig& t = config_.train;
   const auto t0 = Clock::now();
+  inject_start_faults();
   ParamStore& params = model_->params();
   if (groups_) {
     groups_->set_step(step_ + 1);
@@ -294,6 +298,7 @@ StepResult Trainer::train_step() {
       train_data_->next(inputs_, targets_);
       r.data_s += seconds_since(tick);
       tick = Clock::now();
+      if (micro == 0) inject_slowness();
       if (dp_) dp_->begin_micro_batch(micro == m - 1);
       loss += model_->forward_backward(inputs_, targets_, grad_scale);
       r.compute_s += seconds_since(tick);
@@ -309,6 +314,8 @@ StepResult Trainer::train_step() {
   if (mp_) mp_->finish_gradients();
   loss = mean_over_dp(loss);
   r.comm_exposed_s = seconds_since(tick);
+  inject_gradient_faults();
+  if (config_.fault.spike_step == step_ + 1) loss *= 10;  // a synthetic loss spike
   tick = Clock::now();
   // The norm is global (every rank computes the same value), so every rank takes the same
   // decision below, including an fp16 overflow skip.
@@ -318,7 +325,8 @@ StepResult Trainer::train_step() {
                 static_cast<double>(loss_scale);
   r.lr = learning_rate(config_.optim, step_, t.steps);
   const bool finite = std::isfinite(r.grad_norm) && std::isfinite(loss);
-  if (finite) {
+  const bool apply = accept_update(loss, r.grad_norm, r);
+  if (apply) {
     const float scale = clip_coefficient(r.grad_norm, config_.optim.grad_clip) / loss_scale;
     if (offload_)
       offload_->step(static_cast<float>(r.lr), scale);
@@ -326,19 +334,17 @@ StepResult Trainer::train_step() {
       optimizer_->step(static_cast<float>(r.lr), scale);
     if (dp_) dp_->after_optimizer_step();
     params.bump_version();  // the 16-bit working weights refresh from the new master values
-  } else if (scaler_) {
+  } else if (!finite && scaler_) {
     log::info("step ", step_ + 1, ": fp16 gradients overflowed at loss scale ", loss_scale,
               "; update skipped");
-  } else {
-    log::warn("step ", step_ + 1, ": non-finite loss or gradient norm (loss ", loss, ", norm ",
-              r.grad_norm, ") at data position ", train_data_->position(), "; update skipped");
   }
-  r.skipped = !finite;
+  r.skipped = !apply;
   if (scaler_) scaler_->update(!finite);
   r.optimizer_s = seconds_since(tick);
   ++step_;
   r.step = step_;
   r.loss = loss;
+  after_step_checks(r);
   r.seconds = seconds_since(t0);
   return r;
 }
@@ -382,6 +388,11 @@ void Trainer::write_metrics(const StepResult& r, double tokens_per_s, double mfu
   j["loss"] = r.loss;
   j["lr"] = r.lr;
   j["grad_norm"] = r.grad_norm;
+  if (r.nonfinite) j["nonfinite"] = true;
+  if (r.loss_spike) j["loss_spike"] = {{"zscore", r.loss_zscore}};
+  if (!r.stragglers.empty()) j["stragglers"] = r.stragglers;
+  if (!r.diverged.empty()) j["diverged"] = r.diverged;
+  if (r.skipped) j["skipped"] = true;
   if (!last_checkpoint_.is_null()) {  // committed since the last line
     j["checkpoint"] = last_checkpoint_;
     last_checkpoint_ = nullptr;

@@ -19,6 +19,7 @@
 #include "parallel/pipeline_executor.h"
 #include "track/console.h"
 #include "track/metrics.h"
+#include "train/anomaly.h"
 #include "train/async_checkpoint.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
@@ -44,6 +45,11 @@ struct StepResult {
   // update was skipped and the scale backed off).
   double loss_scale = 1;
   bool skipped = false;
+  // Detectors (anomaly.h): the update was skipped for a non-finite loss or gradient norm, or for
+  // a loss spike; the ranks named as stragglers this step; ranks whose parameters disagree.
+  bool nonfinite = false, loss_spike = false;
+  double loss_zscore = 0;
+  std::vector<int> stragglers, diverged;
 };
 
 class Trainer {
@@ -98,6 +104,16 @@ class Trainer {
   void make_optimizer(std::vector<OptimSegment> segments, int64_t state_size);
   int64_t optimizer_steps() const;
   void heartbeat(const char* phase);
+  // Fault injection ([fault]) and the detectors ([anomaly]); trainer_anomaly.cc.
+  void inject_start_faults();  // crash / hang at the start of a step
+  void inject_slowness();      // inside the compute region
+  void inject_gradient_faults();
+  // Decides whether the update of a step with this loss and norm is applied; counts and reports
+  // non-finite steps (aborting after anomaly.max_nonfinite in a row) and loss spikes.
+  bool accept_update(double loss, double grad_norm, StepResult& r);
+  void after_step_checks(StepResult& r);  // stragglers, replica divergence, injected damage
+  void event(const std::string& kind, nlohmann::json details = nlohmann::json::object());
+  void corrupt_for_test(const std::string& dir);  // fault.corrupt_step
 
   RunConfig config_;
   ProcessGroups* groups_ = nullptr;
@@ -123,6 +139,10 @@ class Trainer {
   std::optional<CheckpointWriteResult> ckpt_result_;  // this rank's write, once finished
   std::vector<float> offload_snapshot_;               // master, m, v read back from the files
   nlohmann::json last_checkpoint_;                    // the latest commit, for the next metrics
+  std::unique_ptr<LossSpikeDetector> spikes_;
+  int64_t nonfinite_run_ = 0;      // consecutive non-finite steps
+  int64_t launch_attempt_ = 1;     // STRATA_LAUNCH_ATTEMPT (1 outside `strata launch`)
+  std::vector<float> step_times_;  // per world rank, gathered for the straggler check
   std::unique_ptr<JsonlWriter> metrics_;
   std::unique_ptr<ConsoleProgress> console_;
 };

@@ -2,8 +2,10 @@
 // collective commit, and loading (on any layout, falling back past damaged checkpoints).
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 
 #include "core/log.h"
+#include "track/events.h"
 #include "train/trainer.h"
 
 namespace strata {
@@ -85,9 +87,13 @@ void Trainer::begin_save() {
   if (groups_) groups_->world().barrier();
   const std::vector<SliceSource> sources = checkpoint_sources();
   ckpt_result_.reset();
+  std::string path = rank_slice_path(checkpoint_tmp_dir(root, state.step), rank_);
+  if (config_.fault.fail_save_step == state.step && is_rank0()) {
+    log::warn("fault injection: the save of step ", state.step, " fails on rank 0");
+    path = (fs::path(path).parent_path() / "missing" / fs::path(path).filename()).string();
+  }
   if (!sources.empty())
-    ckpt_writer_.start(rank_slice_path(checkpoint_tmp_dir(root, state.step), rank_), sources,
-                       config_.train.async_checkpoint);
+    ckpt_writer_.start(path, sources, config_.train.async_checkpoint);
   else
     ckpt_result_ = CheckpointWriteResult{};  // nothing of its own to save
   pending_save_ = state;
@@ -122,6 +128,7 @@ std::string Trainer::poll_checkpoint(bool wait) {
   if (flags[1] > 0) {
     if (is_rank0()) {
       abandon_checkpoint(root, state.step);
+      append_event(config_.run.dir, rank_, "checkpoint_failed", state.step);
       log::error("checkpoint at step ", state.step,
                  " failed (see the rank logs); the previous checkpoint is kept");
     }
@@ -147,9 +154,26 @@ std::string Trainer::poll_checkpoint(bool wait) {
                         {"async", config_.train.async_checkpoint}};
     log::info("checkpoint ", dir, " committed: ", mb, " MB in ", flags[3], " s (", mb / write_s,
               " MB/s); training blocked ", flags[2], " s");
+    if (config_.fault.corrupt_step == state.step) corrupt_for_test(dir);
   }
   if (wait && groups_) groups_->world().barrier();
   return dir;
+}
+
+// fault.corrupt_step: one byte of the newest slice file flipped after the commit, as a disk
+// would do it; the next resume must notice.
+void Trainer::corrupt_for_test(const std::string& dir) {
+  const std::string file = rank_slice_path(dir, 0);
+  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+  const auto size = static_cast<std::streamoff>(fs::file_size(file));
+  f.seekg(size - 64);
+  char byte = 0;
+  f.read(&byte, 1);
+  byte = static_cast<char>(byte ^ 0x5a);
+  f.seekp(size - 64);
+  f.write(&byte, 1);
+  log::warn("fault injection: flipped a byte of ", file);
+  append_event(config_.run.dir, rank_, "fault", step_, {{"fault", "corrupt"}, {"file", file}});
 }
 
 std::string Trainer::save() {
@@ -219,6 +243,8 @@ void Trainer::resume() {
       load_checkpoint(dir);
     } catch (const CheckpointCorrupt& e) {
       log::error("checkpoint ", dir, " is damaged: ", e.file(), ": ", e.what());
+      append_event(config_.run.dir, rank_, "checkpoint_damaged", step_,
+                   {{"checkpoint", dir}, {"file", e.file()}, {"error", e.what()}});
       bad = static_cast<float>(rank_ + 1);
     }
     if (groups_) groups_->world().all_reduce(&bad, 1, DType::f32, ReduceOp::max)->wait();

@@ -173,5 +173,35 @@ TEST(ZeroMemory, MatchesThePaper) {
   }
 }
 
+// The detectors across ranks: a rank made slow (fault.slow_ms inside its compute) is named as the
+// straggler on every rank; a rank that perturbs its replica is named by the checksum comparison
+// (with two ranks nobody holds a majority, so both are).
+TEST(Detectors, StragglerAndDivergingReplicaAreNamed) {
+  ProcessGroups& g = groups();
+  const int world = g.world().size();
+  if (world < 2) GTEST_SKIP() << "needs two ranks";
+  const int slow = world - 1;
+  const std::string dir =
+      (fs::temp_directory_path() / cat("strata_test_detect_np", world)).string();
+  RunConfig c = config_for("gpt2", 0, 1, 2, dir);
+  c.fault.slow_rank = slow;
+  c.fault.slow_ms = 400;
+  c.fault.diverge_rank = slow;
+  c.fault.diverge_step = 2;
+  c.anomaly.replica_check_every = 1;
+  c.anomaly.straggler_factor = 2.0;
+  Trainer t(c, &g);
+  for (int i = 1; i <= 3; ++i) {
+    const StepResult r = t.train_step();
+    EXPECT_EQ(r.stragglers, std::vector<int>{slow}) << "step " << i;
+    if (i < 2)
+      EXPECT_TRUE(r.diverged.empty()) << "step " << i;
+    else if (world > 2)
+      EXPECT_EQ(r.diverged, std::vector<int>{slow}) << "step " << i;
+    else
+      EXPECT_EQ(r.diverged.size(), 2u) << "step " << i;
+  }
+}
+
 }  // namespace
 }  // namespace strata

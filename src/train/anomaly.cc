@@ -1,0 +1,75 @@
+#include "train/anomaly.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+namespace strata {
+
+LossSpikeDetector::LossSpikeDetector(int64_t window, int64_t warmup, double zscore)
+    : ring_(static_cast<size_t>(std::max<int64_t>(window, 2)), 0.0),
+      warmup_(warmup),
+      zscore_(zscore) {}
+
+double LossSpikeDetector::mean() const {
+  const int64_t n = std::min<int64_t>(count_, static_cast<int64_t>(ring_.size()));
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += ring_[static_cast<size_t>(i)];
+  return n > 0 ? sum / static_cast<double>(n) : 0.0;
+}
+
+bool LossSpikeDetector::is_spike(double loss) {
+  const int64_t n = std::min<int64_t>(count_, static_cast<int64_t>(ring_.size()));
+  last_z_ = 0;
+  if (count_ >= std::max<int64_t>(warmup_, 2) && n >= 2) {
+    const double m = mean();
+    double var = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const double d = ring_[static_cast<size_t>(i)] - m;
+      var += d * d;
+    }
+    // A floor on the deviation: a perfectly flat window must not turn noise into spikes.
+    const double sd = std::max(std::sqrt(var / static_cast<double>(n - 1)), 1e-3 * std::abs(m));
+    last_z_ = sd > 0 ? (loss - m) / sd : 0.0;
+    if (!std::isfinite(loss) || last_z_ > zscore_) return true;
+  }
+  ring_[static_cast<size_t>(count_ % static_cast<int64_t>(ring_.size()))] = loss;
+  ++count_;
+  return false;
+}
+
+std::vector<int> stragglers(const std::vector<float>& seconds, double factor) {
+  std::vector<int> out;
+  if (factor <= 0 || seconds.size() < 2) return out;
+  std::vector<float> sorted = seconds;
+  std::sort(sorted.begin(), sorted.end());
+  const size_t n = sorted.size();
+  // The lower median: with two ranks, the faster one is the reference.
+  const double median = sorted[(n - 1) / 2];
+  for (size_t i = 0; i < n; ++i)
+    // A floor of 50 ms keeps scheduling noise on tiny steps from naming anyone.
+    if (seconds[i] > factor * median && seconds[i] - median > 0.05)
+      out.push_back(static_cast<int>(i));
+  return out;
+}
+
+std::vector<int> outliers(const std::vector<uint64_t>& values) {
+  std::map<uint64_t, int> count;
+  for (uint64_t v : values) ++count[v];
+  uint64_t majority = 0;
+  int best = -1;
+  for (const auto& [v, c] : count)
+    if (c > best) {
+      best = c;
+      majority = v;
+    }
+  int holders_of_best = 0;
+  for (const auto& [v, c] : count) holders_of_best += c == best;
+  std::vector<int> out;
+  for (size_t i = 0; i < values.size(); ++i)
+    if (values[i] != majority || (holders_of_best > 1 && count.size() > 1))
+      out.push_back(static_cast<int>(i));
+  return out;
+}
+
+}  // namespace strata

@@ -1,0 +1,35 @@
+// Detectors over what every step reports: loss spikes (a z-score over a moving window),
+// stragglers (a rank's compute time against the median), diverging replicas (a checksum that
+// disagrees with the others). Pure functions and small state; the trainer feeds them.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+namespace strata {
+
+class LossSpikeDetector {
+ public:
+  LossSpikeDetector(int64_t window, int64_t warmup, double zscore);
+  // True when `loss` lies more than zscore standard deviations above the mean of the last
+  // `window` accepted losses (never during the first `warmup` losses). Spikes are not added to
+  // the window, so one outlier does not widen it; everything else is.
+  bool is_spike(double loss);
+  // The z-score of the last loss checked (0 during warm-up).
+  double last_zscore() const { return last_z_; }
+  double mean() const;
+
+ private:
+  std::vector<double> ring_;
+  int64_t count_ = 0;  // losses accepted so far
+  int64_t warmup_;
+  double zscore_, last_z_ = 0;
+};
+
+// Ranks whose time exceeds factor x the (lower) median of all (factor <= 0: none).
+std::vector<int> stragglers(const std::vector<float>& seconds, double factor);
+
+// Ranks whose value differs from the most common one; when no value holds a strict majority
+// (two replicas that disagree), every rank.
+std::vector<int> outliers(const std::vector<uint64_t>& values);
+
+}  // namespace strata

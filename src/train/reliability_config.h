@@ -1,0 +1,48 @@
+// [fault] and [anomaly]: fault injection for tests and drills, and the detectors that watch a run.
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace strata {
+
+// Faults a run inflicts on itself, so that every recovery path can be tested end to end. Also
+// settable from the environment: STRATA_FAULT_<KEY>=value (e.g. STRATA_FAULT_CRASH_RANK=1), which
+// `strata launch` forwards to every rank. Steps count from 1 (the step about to run); 0 and -1
+// mean "never".
+struct FaultConfig {
+  int64_t crash_rank = -1;  // this world rank kills itself (SIGKILL) when step crash_step starts
+  int64_t crash_step = 0;
+  // Only on this `strata launch` attempt (1 = the first; 0 = every attempt), so that the restarted
+  // job runs through.
+  int64_t attempt = 1;
+  int64_t hang_rank = -1;  // this rank stops (sleeps forever) when step hang_step starts
+  int64_t hang_step = 0;
+  int64_t slow_rank = -1;  // this rank sleeps slow_ms inside every step's compute
+  int64_t slow_ms = 0;
+  int64_t nan_rank = 0;  // this rank writes NaN into a gradient at step nan_step
+  int64_t nan_step = 0;
+  int64_t nan_steps = 1;      // ... and the nan_steps - 1 steps after it
+  int64_t spike_step = 0;     // the loss of this step is reported 10x (a synthetic loss spike)
+  int64_t diverge_rank = -1;  // this rank perturbs one parameter after step diverge_step
+  int64_t diverge_step = 0;
+  int64_t corrupt_step = 0;  // after committing the checkpoint of this step, flip a byte of it
+  int64_t fail_save_step =
+      0;  // the save of this step fails on rank 0 (its slices cannot be written)
+};
+
+struct AnomalyConfig {
+  // Non-finite loss or gradients: the update is skipped; this many in a row abort the run.
+  int64_t max_nonfinite = 3;
+  // Loss spikes: a z-score over the last spike_window accepted losses (after spike_warmup steps).
+  int64_t spike_window = 50;
+  int64_t spike_warmup = 20;
+  double spike_zscore = 6.0;
+  std::string spike_action = "log";  // "log" or "skip" (the update)
+  // Diverging replicas: every this many steps the dp ranks compare parameter checksums (0: off).
+  int64_t replica_check_every = 0;
+  // Stragglers: a rank whose step compute time exceeds this factor times the median is named
+  // (0: off).
+  double straggler_factor = 2.0;
+};
+
+}  // namespace strata

@@ -1,0 +1,173 @@
+// The trainer's fault injection ([fault]) and detectors ([anomaly]): non-finite steps, loss
+// spikes, stragglers and diverging replicas, each logged, counted in the metrics and appended to
+// RUN_DIR/events.jsonl for `strata diagnose`.
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <thread>
+
+#include "core/log.h"
+#include "io/checksum.h"
+#include "track/events.h"
+#include "train/trainer.h"
+
+namespace strata {
+
+namespace {
+// Splits a 64-bit checksum into four 16-bit pieces, each exact in a float (for an f32 gather).
+void split16(uint64_t h, float* out) {
+  for (int i = 0; i < 4; ++i) out[i] = static_cast<float>((h >> (16 * i)) & 0xffff);
+}
+uint64_t join16(const float* in) {
+  uint64_t h = 0;
+  for (int i = 0; i < 4; ++i) h |= static_cast<uint64_t>(in[i]) << (16 * i);
+  return h;
+}
+}  // namespace
+
+void Trainer::event(const std::string& kind, nlohmann::json details) {
+  append_event(config_.run.dir, rank_, kind, step_ + 1, std::move(details));
+}
+
+void Trainer::inject_start_faults() {
+  const FaultConfig& f = config_.fault;
+  const int64_t step = step_ + 1;
+  const bool this_attempt = f.attempt == 0 || f.attempt == launch_attempt_;
+  if (f.crash_rank == rank_ && f.crash_step == step && this_attempt) {
+    log::error("fault injection: rank ", rank_, " kills itself (SIGKILL) at the start of step ",
+               step);
+    event("fault", {{"fault", "crash"}});
+    std::fflush(nullptr);
+    std::raise(SIGKILL);
+  }
+  if (f.hang_rank == rank_ && f.hang_step == step && this_attempt) {
+    log::error("fault injection: rank ", rank_, " hangs at the start of step ", step);
+    event("fault", {{"fault", "hang"}});
+    std::fflush(nullptr);
+    for (;;) pause();
+  }
+}
+
+void Trainer::inject_slowness() {
+  const FaultConfig& f = config_.fault;
+  if (f.slow_rank == rank_ && f.slow_ms > 0)
+    std::this_thread::sleep_for(std::chrono::milliseconds(f.slow_ms));
+}
+
+void Trainer::inject_gradient_faults() {
+  const FaultConfig& f = config_.fault;
+  const int64_t step = step_ + 1;
+  if (f.nan_step <= 0 || f.nan_rank != rank_ || step < f.nan_step ||
+      step >= f.nan_step + std::max<int64_t>(1, f.nan_steps))
+    return;
+  float* g = nullptr;
+  if (dp_) {
+    const std::vector<GradSpan> spans = dp_->grad_spans(0);
+    if (!spans.empty() && spans.front().count > 0) g = spans.front().grad;
+  } else {
+    g = model_->params().grad(0);
+  }
+  if (!g) return;
+  log::warn("fault injection: rank ", rank_, " writes NaN into a gradient at step ", step);
+  g[0] = std::numeric_limits<float>::quiet_NaN();
+}
+
+bool Trainer::accept_update(double loss, double grad_norm, StepResult& r) {
+  const AnomalyConfig& a = config_.anomaly;
+  const int64_t step = step_ + 1;
+  const bool finite = std::isfinite(grad_norm) && std::isfinite(loss);
+  if (!finite) {
+    if (scaler_) return false;  // an fp16 overflow: the loss scaler's business
+    ++nonfinite_run_;
+    r.nonfinite = true;
+    const std::string where = train_data_->position();
+    log::warn("step ", step, ": non-finite loss or gradient norm (loss ", loss, ", norm ",
+              grad_norm, ") at data position ", where, "; update skipped (", nonfinite_run_,
+              " in a row, the run stops at ", a.max_nonfinite, ")");
+    if (is_rank0())
+      event("nonfinite", {{"loss", loss},
+                          {"grad_norm", grad_norm},
+                          {"data_position", where},
+                          {"in_a_row", nonfinite_run_}});
+    if (nonfinite_run_ >= a.max_nonfinite) {
+      if (is_rank0()) event("nonfinite_abort", {{"data_position", where}});
+      fail("stopping: ", nonfinite_run_, " consecutive steps (", step - nonfinite_run_ + 1, " to ",
+           step, ") had a non-finite loss or gradient norm; the data position is ", where,
+           ". Lower optim.lr or raise optim.warmup_steps, check the data there, and resume from "
+           "the last checkpoint (anomaly.max_nonfinite sets the limit)");
+    }
+    return false;
+  }
+  nonfinite_run_ = 0;
+  const bool spike = spikes_->is_spike(loss);
+  r.loss_zscore = spikes_->last_zscore();
+  if (!spike) return true;
+  r.loss_spike = true;
+  const bool skip = a.spike_action == "skip";
+  const std::string where = train_data_->position();
+  log::warn("step ", step, ": loss spike ", loss, " (z-score ", r.loss_zscore, " over the last ",
+            a.spike_window, " steps, mean ", spikes_->mean(), ") at data position ", where,
+            skip ? "; update skipped" : "");
+  if (is_rank0())
+    event("loss_spike", {{"loss", loss},
+                         {"zscore", r.loss_zscore},
+                         {"mean", spikes_->mean()},
+                         {"data_position", where},
+                         {"action", a.spike_action}});
+  return !skip;
+}
+
+void Trainer::after_step_checks(StepResult& r) {
+  const AnomalyConfig& a = config_.anomaly;
+  const FaultConfig& f = config_.fault;
+  if (groups_ && world_ > 1 && a.straggler_factor > 0) {
+    float mine = static_cast<float>(r.compute_s + r.data_s);
+    step_times_.resize(static_cast<size_t>(world_));
+    groups_->world().all_gather(&mine, step_times_.data(), 1, DType::f32)->wait();
+    r.stragglers = stragglers(step_times_, a.straggler_factor);
+    if (!r.stragglers.empty() && is_rank0()) {
+      std::vector<float> sorted = step_times_;
+      std::sort(sorted.begin(), sorted.end());
+      const float median = sorted[(sorted.size() - 1) / 2];
+      std::vector<double> secs;
+      for (int s : r.stragglers) secs.push_back(step_times_[static_cast<size_t>(s)]);
+      log::warn("step ", r.step, ": straggler rank(s) ", nlohmann::json(r.stragglers).dump(),
+                " computed for ", nlohmann::json(secs).dump(), " s against a median of ", median,
+                " s");
+      append_event(config_.run.dir, rank_, "straggler", r.step,
+                   {{"ranks", r.stragglers}, {"seconds", secs}, {"median_s", median}});
+    }
+  }
+  if (f.diverge_rank == rank_ && f.diverge_step == r.step && model_->params().data()) {
+    log::warn("fault injection: rank ", rank_, " perturbs a parameter after step ", r.step);
+    model_->params().data()[0] += 1e-3f;
+    model_->params().bump_version();
+  }
+  const bool replicated = dp_ && !dp_->params_sharded() && groups_->dp().size() > 1;
+  if (a.replica_check_every > 0 && r.step % a.replica_check_every == 0 && replicated) {
+    const ParamStore& params = model_->params();
+    io::XxHash64 h;
+    h.update(params.data(), static_cast<size_t>(params.size()) * sizeof(float));
+    Comm& dp = groups_->dp();
+    float mine[5];
+    split16(h.finish(), mine);
+    mine[4] = static_cast<float>(rank_);
+    std::vector<float> all(static_cast<size_t>(5 * dp.size()));
+    dp.all_gather(mine, all.data(), 5, DType::f32)->wait();
+    std::vector<uint64_t> hashes;
+    for (int i = 0; i < dp.size(); ++i) hashes.push_back(join16(all.data() + 5 * i));
+    for (int i : outliers(hashes)) r.diverged.push_back(static_cast<int>(all[5 * i + 4]));
+    if (!r.diverged.empty() && dp.rank() == 0) {
+      log::error("step ", r.step, ": data-parallel replicas disagree: world rank(s) ",
+                 nlohmann::json(r.diverged).dump(),
+                 " hold different parameters from the others (checksums compared every ",
+                 a.replica_check_every, " steps)");
+      append_event(config_.run.dir, rank_, "replica_divergence", r.step,
+                   {{"ranks", r.diverged}, {"dp_size", dp.size()}});
+    }
+  }
+}
+
+}  // namespace strata

@@ -1,0 +1,101 @@
+// The detectors (train/anomaly.h) on their own, and in the step loop with injected faults:
+// a NaN gradient skips the update and is logged with its data position, K in a row stop the
+// run, a loss spike is found by its z-score and its update skipped on request.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "small_run.h"
+#include "track/events.h"
+#include "train/anomaly.h"
+#include "train/trainer.h"
+
+namespace strata {
+namespace {
+
+TEST(LossSpikeDetector, QuietOnNoiseLoudOnAJump) {
+  LossSpikeDetector d(20, 10, 6.0);
+  for (int i = 0; i < 200; ++i)  // a slowly falling loss with +-1% noise
+    EXPECT_FALSE(d.is_spike(5.0 - 0.005 * i + 0.05 * std::sin(i * 1.7))) << i;
+  EXPECT_TRUE(d.is_spike(8.0));
+  EXPECT_GT(d.last_zscore(), 6.0);
+  EXPECT_FALSE(d.is_spike(4.0));  // the spike did not enter the window
+  EXPECT_TRUE(d.is_spike(std::nan("")));
+}
+
+TEST(LossSpikeDetector, NothingDuringWarmup) {
+  LossSpikeDetector d(20, 10, 3.0);
+  for (double x : {10.0, 1.0, 50.0, 2.0, 7.0}) EXPECT_FALSE(d.is_spike(x));
+}
+
+TEST(Stragglers, NamedAgainstTheMedian) {
+  EXPECT_EQ(stragglers({1.0f, 1.1f, 0.9f, 3.0f}, 2.0), std::vector<int>{3});
+  EXPECT_TRUE(stragglers({1.0f, 1.1f, 0.9f, 1.5f}, 2.0).empty());
+  EXPECT_TRUE(stragglers({1.0f, 9.0f}, 0.0).empty());  // off
+}
+
+TEST(Outliers, TheMinorityOrEveryoneOnATie) {
+  EXPECT_EQ(outliers({7, 7, 9, 7}), std::vector<int>{2});
+  EXPECT_TRUE(outliers({7, 7, 7}).empty());
+  EXPECT_EQ(outliers({7, 9}), (std::vector<int>{0, 1}));
+}
+
+std::vector<nlohmann::json> events_of(const std::string& dir, const std::string& kind) {
+  std::vector<nlohmann::json> out;
+  for (const nlohmann::json& e : read_events(dir))
+    if (e.at("kind") == kind) out.push_back(e);
+  return out;
+}
+
+TEST(AnomalyInTraining, NanGradientSkipsTheUpdateAndIsLogged) {
+  const std::string dir = test_support::fresh_dir("anomaly_nan");
+  Trainer t(test_support::small_run_config(dir, {"fault.nan_step=3"}));
+  for (int i = 1; i <= 4; ++i) {
+    const std::vector<float> before(t.model().params().data(),
+                                    t.model().params().data() + t.model().params().size());
+    const StepResult r = t.train_step();
+    EXPECT_EQ(r.nonfinite, i == 3) << "step " << i;
+    EXPECT_EQ(r.skipped, i == 3) << "step " << i;
+    if (i == 3) {  // the parameters did not move
+      for (size_t k = 0; k < before.size(); ++k) ASSERT_EQ(t.model().params().data()[k], before[k]);
+    }
+  }
+  const auto ev = events_of(dir, "nonfinite");
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_EQ(ev[0].at("step"), 3);
+  EXPECT_FALSE(ev[0].at("data_position").get<std::string>().empty());
+}
+
+TEST(AnomalyInTraining, ConsecutiveNanStepsStopTheRun) {
+  const std::string dir = test_support::fresh_dir("anomaly_nan_abort");
+  Trainer t(test_support::small_run_config(
+      dir, {"fault.nan_step=2", "fault.nan_steps=10", "anomaly.max_nonfinite=3"}));
+  try {
+    t.run();
+    ADD_FAILURE() << "expected the run to stop";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("3 consecutive steps (2 to 4)"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(events_of(dir, "nonfinite").size(), 3u);
+  EXPECT_EQ(events_of(dir, "nonfinite_abort").size(), 1u);
+}
+
+TEST(AnomalyInTraining, LossSpikeIsFoundAndItsUpdateSkipped) {
+  const std::string dir = test_support::fresh_dir("anomaly_spike");
+  Trainer t(test_support::small_run_config(
+      dir, {"train.steps=30", "fault.spike_step=26", "anomaly.spike_warmup=10",
+            "anomaly.spike_window=20", "anomaly.spike_action=skip"}));
+  for (int i = 1; i <= 30; ++i) {
+    const StepResult r = t.train_step();
+    EXPECT_EQ(r.loss_spike, i == 26) << "step " << i << " z " << r.loss_zscore;
+    EXPECT_EQ(r.skipped, i == 26) << "step " << i;
+  }
+  const auto ev = events_of(dir, "loss_spike");
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_EQ(ev[0].at("step"), 26);
+  EXPECT_EQ(ev[0].at("action"), "skip");
+}
+
+}  // namespace
+}  // namespace strata
