@@ -8,6 +8,7 @@
 #include "comm/process_groups.h"
 #include "commands.h"
 #include "model/shard.h"
+#include "track/events.h"
 #include "train/config.h"
 #include "train/trainer.h"
 
@@ -32,8 +33,14 @@ Command add_train_command(CLI::App& parent) {
             if (env.launcher == "none" && config.parallel.tp * config.parallel.pp *
                                                   std::max<int64_t>(1, config.parallel.dp) ==
                                               1) {
-              Trainer trainer(std::move(config));  // one process: no MPI at all
-              trainer.run();
+              const std::string run_dir = config.run.dir;
+              try {
+                Trainer trainer(std::move(config));  // one process: no MPI at all
+                trainer.run();
+              } catch (const std::exception& e) {
+                append_event(run_dir, 0, "error", -1, {{"message", e.what()}});
+                throw;
+              }
               return 0;
             }
             // One rank of a job (mpirun, srun, or strata launch): the layout is checked
@@ -57,11 +64,13 @@ Command add_train_command(CLI::App& parent) {
               std::fflush(stderr);
               std::_Exit(1);
             }
+            const std::string run_dir = config.run.dir;
             try {
               ProcessGroups groups = ProcessGroups::create(layout);
               Trainer trainer(std::move(config), &groups);
               trainer.run();
             } catch (const std::exception& e) {
+              append_event(run_dir, mpi_world_rank(), "error", -1, {{"message", e.what()}});
               // The other ranks cannot see this error: end the whole job now rather than let
               // them wait for their communication timeout.
               std::fprintf(stderr, "\n[rank %d] error: %s\n", mpi_world_rank(), e.what());

@@ -1,0 +1,22 @@
+// strata diagnose RUN_DIR: the root cause of a failed or troubled run, with the evidence.
+#include <cstdio>
+#include <memory>
+
+#include "commands.h"
+#include "train/diagnose.h"
+
+namespace strata::cli {
+
+Command add_diagnose_command(CLI::App& parent) {
+  auto dir = std::make_shared<std::string>();
+  CLI::App* app = parent.add_subcommand(
+      "diagnose", "explain what went wrong in a run (from its logs, heartbeats and events)");
+  app->add_option("run_dir", *dir, "the run directory, e.g. runs/tiny")->required();
+  return {app, [dir] {
+            const std::vector<Finding> findings = diagnose_run(*dir);
+            std::fputs(format_diagnosis(*dir, findings).c_str(), stdout);
+            return 0;
+          }};
+}
+
+}  // namespace strata::cli
