@@ -61,4 +61,25 @@ std::string CommStats::summary() const {
   return out.empty() ? "no communication" : out;
 }
 
+namespace {
+TimeoutHint& hint_slot() {
+  static TimeoutHint hint;
+  return hint;
+}
+}  // namespace
+
+void set_timeout_hint(TimeoutHint hint) {
+  hint_slot() = std::move(hint);
+}
+
+std::string timeout_hint(const std::vector<int>& group_world_ranks, const std::string& operation) {
+  const TimeoutHint& hint = hint_slot();
+  if (!hint) return "";
+  try {
+    return hint(group_world_ranks, operation);
+  } catch (...) {
+    return "";  // a hint must never stand in the way of the error itself
+  }
+}
+
 }  // namespace strata

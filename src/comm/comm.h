@@ -12,6 +12,7 @@
 #pragma once
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -37,6 +38,15 @@ const char* comm_op_name(CommOp op);
 // Exit status of a process that a communication timeout ended (the same as coreutils' timeout),
 // so that a supervisor can tell a hung or dead peer from a crash.
 constexpr int kCommTimeoutExit = 124;
+
+// Who is to blame for a timeout is known above the comm layer (the trainer's heartbeats): when
+// an operation times out, this hook (if set) is called with the world ranks of its group and the
+// operation's description, and what it returns is appended to the error line ("; world rank 1
+// did not reach it ..."). Called on the timing-out thread just before the process ends.
+using TimeoutHint = std::function<std::string(const std::vector<int>& group_world_ranks,
+                                              const std::string& operation)>;
+void set_timeout_hint(TimeoutHint hint);
+std::string timeout_hint(const std::vector<int>& group_world_ranks, const std::string& operation);
 
 // Counted per operation kind, for metrics and the profiler.
 struct CommOpStats {

@@ -105,9 +105,10 @@ void PendingOp::timeout_exit(double timeout_seconds) const {
     const std::string earlier = ProgressEngine::get().earliest_pending(*this);
     if (!earlier.empty()) behind = cat(" (it waits behind ", earlier, ")");
   }
+  const std::string hint = timeout_hint(group_->world_ranks, describe());
   log::error("comm timeout: ", describe(), " at step ", group_->step.load(),
              " did not complete within ", within, " s (", args_.bytes, " bytes)", behind, "; ",
-             suspect);
+             hint.empty() ? suspect : hint);
   // Not MPI_Finalize (it would wait for the peer) and not exit() (static destructors could block
   // on the communication thread): flush and end here, with a status the supervisor recognises.
   std::fflush(stdout);

@@ -216,6 +216,8 @@ std::vector<Finding> diagnose_run(const std::string& run_dir) {
     if (l.text.find("strata launch: hung:") != std::string::npos || injected_hang)
       hang_evidence.push_back(l.cite());
   }
+  // The silent rank: the one that did not time out beside the others (their heartbeats say
+  // "comm timeout"), else the one whose heartbeat is furthest behind.
   std::string silent;
   {
     std::vector<launch::Heartbeat> beats;
@@ -224,18 +226,21 @@ std::vector<Finding> diagnose_run(const std::string& run_dir) {
       if (!hb) break;
       beats.push_back(*hb);
     }
-    if (beats.size() > 1) {
-      auto oldest = std::min_element(beats.begin(), beats.end(), [](const auto& a, const auto& b) {
-        return a.step != b.step ? a.step < b.step : a.time < b.time;
-      });
-      int64_t max_step = 0;
-      for (const auto& b : beats) max_step = std::max(max_step, b.step);
-      if (oldest->step < max_step || !hang_what.empty()) {
-        silent = cat("rank ", oldest->rank, " (pid ", oldest->pid, " on ", oldest->host,
-                     ", last heartbeat at step ", oldest->step, ", phase ", oldest->phase, ")");
-        hang_evidence.push_back(cat("heartbeat/rank_", oldest->rank, ".json: step ", oldest->step,
-                                    ", phase ", oldest->phase, " (others reached step ", max_step,
-                                    ")"));
+    const bool timeouts = std::any_of(beats.begin(), beats.end(),
+                                      [](const auto& b) { return b.phase == "comm timeout"; });
+    std::vector<const launch::Heartbeat*> quiet;
+    int64_t max_step = 0;
+    for (const auto& b : beats) max_step = std::max(max_step, b.step);
+    for (const auto& b : beats)
+      if (timeouts ? b.phase != "comm timeout" : b.step < max_step) quiet.push_back(&b);
+    if (beats.size() > 1 && !quiet.empty() && quiet.size() < beats.size()) {
+      for (const launch::Heartbeat* b : quiet) {
+        silent += cat(silent.empty() ? "" : ", ", "rank ", b->rank, " (pid ", b->pid, " on ",
+                      b->host, ", last heartbeat at step ", b->step, ", phase ", b->phase, ")");
+        hang_evidence.push_back(cat("heartbeat/rank_", b->rank, ".json: step ", b->step, ", phase ",
+                                    b->phase,
+                                    timeouts ? " (the other ranks: comm timeout)"
+                                             : cat(" (others reached step ", max_step, ")")));
       }
     }
   }

@@ -65,6 +65,7 @@ Trainer::Trainer(RunConfig config, ProcessGroups* groups)
   if (const char* a = std::getenv("STRATA_LAUNCH_ATTEMPT")) launch_attempt_ = std::atoll(a);
   const AnomalyConfig& an = config_.anomaly;
   spikes_ = std::make_unique<LossSpikeDetector>(an.spike_window, an.spike_warmup, an.spike_zscore);
+  if (world_ > 1) install_timeout_hint();
   io::make_dirs(config_.run.dir);
   if (world_ > 1) {
     // Every rank keeps its own log; only rank 0 talks to the console (warnings and errors of
@@ -180,6 +181,7 @@ int64_t Trainer::optimizer_steps() const {
 }
 
 Trainer::~Trainer() {
+  set_timeout_hint(nullptr);  // it refers to this trainer
   log::close_file();
 }
 

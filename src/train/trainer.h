@@ -114,6 +114,9 @@ class Trainer {
   void after_step_checks(StepResult& r);  // stragglers, replica divergence, injected damage
   void event(const std::string& kind, nlohmann::json details = nlohmann::json::object());
   void corrupt_for_test(const std::string& dir);  // fault.corrupt_step
+  // A communication timeout names the silent rank: the one of the group that has not timed out
+  // in the same operation shortly after (heartbeat phases, comm.h TimeoutHint).
+  void install_timeout_hint();
 
   RunConfig config_;
   ProcessGroups* groups_ = nullptr;

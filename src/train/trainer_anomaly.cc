@@ -10,6 +10,7 @@
 
 #include "core/log.h"
 #include "io/checksum.h"
+#include "launch/heartbeat.h"
 #include "track/events.h"
 #include "train/trainer.h"
 
@@ -29,6 +30,37 @@ uint64_t join16(const float* in) {
 
 void Trainer::event(const std::string& kind, nlohmann::json details) {
   append_event(config_.run.dir, rank_, kind, step_ + 1, std::move(details));
+}
+
+void Trainer::install_timeout_hint() {
+  set_timeout_hint([this](const std::vector<int>& ranks, const std::string&) -> std::string {
+    const std::string& dir = config_.run.dir;
+    const char* kPhase = "comm timeout";
+    launch::write_heartbeat(dir, rank_, step_ + 1, kPhase);
+    // The other ranks of the group time out in the same operation within moments of this one;
+    // a rank that has not after a grace never reached it.
+    std::vector<std::pair<int, std::optional<launch::Heartbeat>>> silent;
+    for (int waited_ms = 0; waited_ms <= 2000; waited_ms += 100) {
+      silent.clear();
+      for (int r : ranks) {
+        if (r == rank_) continue;
+        std::optional<launch::Heartbeat> hb = launch::read_heartbeat(dir, r);
+        if (!hb || hb->phase != kPhase) silent.emplace_back(r, hb);
+      }
+      if (silent.empty()) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    if (silent.empty())
+      return "every rank of the group is stuck in it (a mismatched schedule or the network)";
+    std::string text;
+    for (const auto& [r, hb] : silent) {
+      text += cat(text.empty() ? "" : "; ", "world rank ", r, " never reached it (the silent rank",
+                  hb ? cat(": its last heartbeat says step ", hb->step, ", phase ", hb->phase)
+                     : std::string(": no heartbeat"),
+                  ")");
+    }
+    return text;
+  });
 }
 
 void Trainer::inject_start_faults() {

@@ -8,7 +8,8 @@
 #      and group, the job ends within the timeout plus a grace, the silent rank is named;
 #   3. NaN gradients: updates skipped, the run stops after anomaly.max_nonfinite in a row;
 #   4. a loss spike; 5. a diverging replica and a straggler; 6. out of memory;
-#   7. a corrupted checkpoint: the resume falls back and diagnose names the file.
+#   7. a corrupted checkpoint: the resume falls back and diagnose names the file;
+#   8. a save that fails half way: abandoned, training goes on, older checkpoints intact.
 # Usage: test_reliability.sh STRATA_BINARY SOURCE_DIR
 set -uo pipefail
 strata=$1
@@ -67,8 +68,9 @@ took=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
 echo "   exit $rc after $took s"
 check "hung job ended with status 124" test $rc -eq 124
 check "detected within the timeout plus a grace (3 + 10 s)" awk -v t="$took" 'BEGIN { exit !(t < 13) }'
-check "the waiting rank named the operation and group" contains "$(cat "$work/hang.out")" \
-  "comm timeout: .* on group '.*' .* at step 3"
+check "the waiting rank named the operation, the group and the silent rank" \
+  contains "$(cat "$work/hang.out")" \
+  "comm timeout: .* on group '.*' .* at step 3 .*world rank 1 never reached it"
 out=$("$strata" diagnose "$work/hang")
 check "diagnose: hang" contains "$out" "\[hang\] hang: .* at step 3"
 check "diagnose: the silent rank" contains "$out" "the silent rank is rank 1"
@@ -123,6 +125,17 @@ check "resumed from step 2" contains "$(cat "$work/corrupt2.out")" "resumed from
 out=$("$strata" diagnose "$work/corrupt")
 check "diagnose: damaged checkpoint named" contains "$out" \
   "\[checkpoint\] a damaged checkpoint was found: .*rank_00000.safetensors"
+
+# 8. A save that fails half way (rank 0 cannot write its slices at step 4).
+echo "-- the save of step 4 fails"
+"$strata" train "$src/configs/tiny.toml" "${small[@]}" --set train.steps=6 \
+  --set train.checkpoint_every=2 --set fault.fail_save_step=4 --set run.dir="$work/failsave" \
+  >"$work/failsave.out" 2>&1
+check "training went on after the failed save" test $? -eq 0
+check "no step 4 checkpoint, steps 2 and 6 committed" \
+  test "$(ls "$work/failsave/ckpt" | tr '\n' ' ')" = "latest step_00000002 step_00000006 "
+out=$("$strata" diagnose "$work/failsave")
+check "diagnose: failed save" contains "$out" "\[checkpoint\] the checkpoint save of step 4 failed"
 
 echo "reliability: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
