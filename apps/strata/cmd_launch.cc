@@ -2,7 +2,9 @@
 // This file only turns the command line into LaunchOptions; the config is read here, where every
 // layer is linked, because the launch layer must not depend on train.
 #include <filesystem>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,6 +27,30 @@ std::vector<std::string> overrides_in(const std::vector<std::string>& args) {
       out.push_back(args[i].substr(6));
   }
   return out;
+}
+
+// Plans elastic restarts: tp and pp stay (the model's split does not depend on the ranks
+// lost), data parallelism takes what remains, and the global batch (micro-batch x accumulation
+// x dp) is kept by raising the accumulation, never the micro-batch (its memory is what fitted).
+// The largest dp whose accumulation comes out whole wins.
+std::function<std::optional<launch::ElasticPlan>(int)> elastic_planner(const RunConfig& config,
+                                                                       int ranks) {
+  const int64_t model_ranks = config.parallel.tp * config.parallel.pp;
+  const int64_t dp = config.parallel.dp > 0 ? config.parallel.dp : ranks / model_ranks;
+  const int64_t global = config.train.batch_size * config.train.grad_accum * dp;
+  return [=](int available) -> std::optional<launch::ElasticPlan> {
+    for (int64_t d = available / model_ranks; d >= 1; --d) {
+      if (global % (config.train.batch_size * d) != 0) continue;
+      const int64_t accum = global / (config.train.batch_size * d);
+      launch::ElasticPlan plan;
+      plan.ranks = static_cast<int>(d * model_ranks);
+      plan.extra_args = {"--set", cat("parallel.dp=", d), "--set", cat("train.grad_accum=", accum)};
+      plan.description = cat("parallel.dp = ", d, ", train.grad_accum = ", accum,
+                             " (global batch of ", global, " sequences kept)");
+      return plan;
+    }
+    return std::nullopt;
+  };
 }
 
 }  // namespace
@@ -64,6 +90,9 @@ Command add_launch_command(CLI::App& parent) {
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   app->add_flag("--dry-run", o.dry_run, "print the command that starts the ranks, and exit");
+  app->add_flag("--elastic", o.elastic,
+                "when a rank fails again right after a restart, restart on the remaining ranks "
+                "(data parallelism shrinks, the global batch is kept by gradient accumulation)");
   app->add_option("--set", args->sets, "override a config key, as for `strata train`")
       ->take_all()
       ->expected(1);
@@ -91,6 +120,7 @@ Command add_launch_command(CLI::App& parent) {
               const RunConfig config =
                   load_config(command.front(), overrides_in({command.begin() + 1, command.end()}));
               options.run_dir = config.run.dir;
+              if (options.elastic) options.shrink = elastic_planner(config, options.ranks);
               options.args = {"train"};
               options.args.insert(options.args.end(), command.begin(), command.end());
             }

@@ -1,11 +1,21 @@
 // What `strata launch` is asked to do (LaunchOptions) and what it found on this machine
 // (LaunchEnv). Kept apart so that command building is a pure function of the two.
 #pragma once
+#include <functional>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 namespace strata::launch {
+
+// An elastic restart: how many ranks to start, and the arguments that give the ranks their new
+// layout (appended to the rank command, so later --set values win).
+struct ElasticPlan {
+  int ranks = 0;
+  std::vector<std::string> extra_args;
+  std::string description;  // "parallel.dp = 2, train.grad_accum = 2 (global batch 16 kept)"
+};
 
 struct LaunchOptions {
   int ranks = 1;
@@ -16,6 +26,10 @@ struct LaunchOptions {
   double kill_grace = 5;           // seconds between SIGTERM and SIGKILL when the job must be ended
   double restart_delay = 1;        // seconds before a restart, so that ports and files are released
   bool dry_run = false;            // print the command and exit 0
+  // --elastic: when the same rank fails again right after a restart (it cannot be brought back),
+  // restart on the ranks that remain, with the layout `shrink` plans for that many ranks.
+  bool elastic = false;
+  std::function<std::optional<ElasticPlan>(int available_ranks)> shrink;
 
   // What every rank runs: `program args...`. cmd_launch sets the strata binary and
   // {"train", CONFIG, "--set", ...}; tests set a fake rank. Empty program: the strata binary.

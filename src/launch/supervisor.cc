@@ -98,6 +98,7 @@ class Reporter {
 };
 
 struct AttemptResult {
+  int failed_rank = -1;  // the rank the launcher named, when it named one
   bool ok = false;
   bool interrupted = false;
   int exit_status = 0;
@@ -157,6 +158,7 @@ AttemptResult run_attempt(const LaunchOptions& options, const std::vector<std::s
       const std::optional<RankFailure> failure = parse_failure(tee.report());
       if (failure) {
         result.what = failure->describe();
+        result.failed_rank = failure->rank;
         result.exit_status =
             failure->exit_code > 0 || failure->signal > 0 ? failure->exit_status() : *status;
       } else {
@@ -199,7 +201,8 @@ LaunchReport supervise_job(const LaunchOptions& options) {
   // Every attempt tells its ranks its number (the variable must be forwarded by name).
   env.vars.emplace_back("STRATA_LAUNCH_ATTEMPT", "1");
   std::sort(env.vars.begin(), env.vars.end());
-  const std::vector<std::string> argv = build_command(options, env);
+  LaunchOptions current = options;  // an elastic restart changes the ranks and the arguments
+  std::vector<std::string> argv = build_command(current, env);
   LaunchReport report;
   if (options.dry_run) {
     std::printf("%s\n", format_command(argv).c_str());
@@ -213,16 +216,17 @@ LaunchReport supervise_job(const LaunchOptions& options) {
   SignalGuard signals;
   const int attempts = options.max_restarts + 1;
   std::string previous;
+  int last_failed_rank = -1;
   for (int attempt = 1; attempt <= attempts; ++attempt) {
     report.attempts = attempt;
     if (attempt == 1)
-      reporter.say(cat("starting ", options.ranks, " rank", options.ranks == 1 ? "" : "s",
+      reporter.say(cat("starting ", current.ranks, " rank", current.ranks == 1 ? "" : "s",
                        " (job attempt 1 of ", attempts, "): ", format_command(argv)));
     else
       reporter.say(cat("restarting the job (job attempt ", attempt, " of ", attempts,
                        ") after: ", previous));
     const Clock::time_point start = Clock::now();
-    const AttemptResult result = run_attempt(options, argv, attempt, reporter);
+    const AttemptResult result = run_attempt(current, argv, attempt, reporter);
     if (result.ok) {
       char took[32];
       std::snprintf(took, sizeof took, "%.1f s", seconds_since(start));
@@ -247,6 +251,24 @@ LaunchReport supervise_job(const LaunchOptions& options) {
     }
     reporter.say(line);
     previous = result.what;
+    // The same rank failing again right after a restart cannot be brought back: go on without it.
+    if (current.elastic && current.shrink && result.failed_rank >= 0 &&
+        result.failed_rank == last_failed_rank && attempt < attempts) {
+      if (const std::optional<ElasticPlan> plan = current.shrink(current.ranks - 1)) {
+        reporter.say(cat("elastic: rank ", result.failed_rank,
+                         " failed again after a restart; restarting on ", plan->ranks, " of the ",
+                         current.ranks - 1, " remaining ranks with ", plan->description));
+        current.ranks = plan->ranks;
+        current.args.insert(current.args.end(), plan->extra_args.begin(), plan->extra_args.end());
+        argv = build_command(current, env);
+        previous += cat("; now on ", plan->ranks, " ranks: ", format_command(argv));
+        last_failed_rank = -1;
+      } else {
+        reporter.say(cat("elastic: no layout fits the ", current.ranks - 1, " remaining ranks"));
+      }
+    } else {
+      last_failed_rank = result.failed_rank;
+    }
     if (attempt == attempts) break;
     pause_for(options.restart_delay);
     if (g_stop_signal != 0) {
