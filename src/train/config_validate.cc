@@ -40,8 +40,9 @@ void validate_config(RunConfig& c, const std::string& where) {
         "train.precision: unknown precision '", t.precision,
         "' (expected \"f32\", \"bf16\" or \"fp16\")");
   const AnomalyConfig& an = c.anomaly;
-  check(an.spike_action == "log" || an.spike_action == "skip", where, "anomaly.spike_action: '",
-        an.spike_action, "' (expected \"log\" or \"skip\")");
+  check(an.spike_action == "log" || an.spike_action == "skip" || an.spike_action == "rollback",
+        where, "anomaly.spike_action: '", an.spike_action,
+        "' (expected \"log\", \"skip\" or \"rollback\")");
   check(an.max_nonfinite >= 1, where, "anomaly.max_nonfinite: must be at least 1, got ",
         an.max_nonfinite);
   check(an.spike_window >= 2 && an.spike_zscore > 0, where,

@@ -37,7 +37,9 @@ struct AnomalyConfig {
   int64_t spike_window = 50;
   int64_t spike_warmup = 20;
   double spike_zscore = 6.0;
-  std::string spike_action = "log";  // "log" or "skip" (the update)
+  // "log", "skip" (the update) or "rollback" (to the last committed checkpoint, then the
+  // offending batch is skipped when its step comes again).
+  std::string spike_action = "log";
   // Diverging replicas: every this many steps the dp ranks compare parameter checksums (0: off).
   int64_t replica_check_every = 0;
   // Stragglers: a rank whose step compute time exceeds this factor times the median is named

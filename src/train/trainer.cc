@@ -15,6 +15,7 @@
 #include "kernels/cpu/kernels.h"
 #include "launch/heartbeat.h"
 #include "model/generate.h"
+#include "track/events.h"
 #include "train/checkpoint.h"
 
 namespace strata {
@@ -266,12 +267,21 @@ StepResult Trainer::train_step() {
   else
     params.zero_grads();
   const int64_t m = micro_batches_, tokens = t.batch_size * t.seq_len;
+  StepResult r;
+  // After a rollback the batch that made the loss spike is consumed without training on it.
+  if (const auto it = std::find(skip_batch_at_.begin(), skip_batch_at_.end(), step_ + 1);
+      it != skip_batch_at_.end()) {
+    for (int64_t mb = 0; mb < m; ++mb) train_data_->next(inputs_, targets_);
+    skip_batch_at_.erase(it);
+    r.skipped_batch = true;
+    log::warn("step ", step_ + 1, ": skipping the batch that made the loss spike (now at ",
+              train_data_->position(), ")");
+  }
   // fp16 scales the loss (so the gradients) up to keep small gradients inside f16's range; the
   // scale is divided out again before clipping and the update.
   const float loss_scale = scaler_ ? scaler_->scale() : 1.0f;
   const float grad_scale = loss_scale / static_cast<float>(tokens * m);
   double loss = 0;
-  StepResult r;
   r.loss_scale = loss_scale;
   if (pipe_) {
     auto tick = Clock::now();
@@ -317,7 +327,11 @@ StepResult Trainer::train_step() {
   loss = mean_over_dp(loss);
   r.comm_exposed_s = seconds_since(tick);
   inject_gradient_faults();
-  if (config_.fault.spike_step == step_ + 1) loss *= 10;  // a synthetic loss spike
+  // A synthetic loss spike, once (it stands for a bad batch, which a rollback skips).
+  if (config_.fault.spike_step == step_ + 1 && !spike_injected_) {
+    loss *= 10;
+    spike_injected_ = true;
+  }
   tick = Clock::now();
   // The norm is global (every rank computes the same value), so every rank takes the same
   // decision below, including an fp16 overflow skip.
@@ -347,6 +361,14 @@ StepResult Trainer::train_step() {
   r.step = step_;
   r.loss = loss;
   after_step_checks(r);
+  if (rollback_requested_) {
+    rollback_requested_ = false;
+    r.rolled_back = rollback();
+    if (!r.rolled_back)
+      log::warn("step ", r.step, ": no checkpoint to roll back to; the update was skipped instead");
+    else if (is_rank0())
+      append_event(config_.run.dir, rank_, "rollback", r.step, {{"to_step", step_}});
+  }
   r.seconds = seconds_since(t0);
   return r;
 }
@@ -395,6 +417,8 @@ void Trainer::write_metrics(const StepResult& r, double tokens_per_s, double mfu
   if (!r.stragglers.empty()) j["stragglers"] = r.stragglers;
   if (!r.diverged.empty()) j["diverged"] = r.diverged;
   if (r.skipped) j["skipped"] = true;
+  if (r.rolled_back) j["rolled_back_to"] = step_;
+  if (r.skipped_batch) j["skipped_batch"] = true;
   if (!last_checkpoint_.is_null()) {  // committed since the last line
     j["checkpoint"] = last_checkpoint_;
     last_checkpoint_ = nullptr;
@@ -404,6 +428,8 @@ void Trainer::write_metrics(const StepResult& r, double tokens_per_s, double mfu
     j["skipped_steps"] = scaler_->skipped_steps();
   }
   if (r.skipped) j["skipped"] = true;
+  if (r.rolled_back) j["rolled_back_to"] = step_;
+  if (r.skipped_batch) j["skipped_batch"] = true;
   j["tokens_per_s"] = tokens_per_s;
   j["mfu"] = mfu;
   j["step_ms"] = 1e3 * r.seconds;
@@ -477,7 +503,9 @@ double Trainer::run() {
           {r.step, t.steps, r.loss, r.lr, r.grad_norm, tokens_per_step / smoothed, mfu, smoothed});
     // A save in flight is committed as soon as every rank's file is written.
     poll_checkpoint(false);
-    if ((t.checkpoint_every > 0 && r.step % t.checkpoint_every == 0) || r.step == t.steps) {
+    const bool due =
+        (t.checkpoint_every > 0 && r.step % t.checkpoint_every == 0) || r.step == t.steps;
+    if (due && !r.rolled_back) {
       console_->finish();
       heartbeat("checkpoint");
       begin_save();

@@ -48,6 +48,8 @@ struct StepResult {
   // Detectors (anomaly.h): the update was skipped for a non-finite loss or gradient norm, or for
   // a loss spike; the ranks named as stragglers this step; ranks whose parameters disagree.
   bool nonfinite = false, loss_spike = false;
+  bool rolled_back = false;    // the run went back to its last checkpoint after this step
+  bool skipped_batch = false;  // this step first consumed the batch a rollback ruled out
   double loss_zscore = 0;
   std::vector<int> stragglers, diverged;
 };
@@ -87,6 +89,12 @@ class Trainer {
  private:
   void prepare_data();
   void resume();
+  // Loads `newest` (or, when it is damaged, the next older committed checkpoint) and continues
+  // from it: parameters, optimizer, step, loss scaler, data position.
+  void restore(const std::string& newest);
+  // Goes back to the newest committed checkpoint (anomaly.spike_action = "rollback"); false when
+  // there is none.
+  bool rollback();
   // Loads the checkpoint in `dir` into this rank's buffers (whatever layout saved it); throws
   // CheckpointCorrupt naming a damaged file.
   void load_checkpoint(const std::string& dir);
@@ -143,9 +151,12 @@ class Trainer {
   std::vector<float> offload_snapshot_;               // master, m, v read back from the files
   nlohmann::json last_checkpoint_;                    // the latest commit, for the next metrics
   std::unique_ptr<LossSpikeDetector> spikes_;
-  int64_t nonfinite_run_ = 0;      // consecutive non-finite steps
-  int64_t launch_attempt_ = 1;     // STRATA_LAUNCH_ATTEMPT (1 outside `strata launch`)
-  std::vector<float> step_times_;  // per world rank, gathered for the straggler check
+  int64_t nonfinite_run_ = 0;           // consecutive non-finite steps
+  int64_t launch_attempt_ = 1;          // STRATA_LAUNCH_ATTEMPT (1 outside `strata launch`)
+  std::vector<float> step_times_;       // per world rank, gathered for the straggler check
+  bool spike_injected_ = false;         // fault.spike_step fires once per process
+  bool rollback_requested_ = false;     // a loss spike asked to go back to the last checkpoint
+  std::vector<int64_t> skip_batch_at_;  // steps whose batch is consumed untrained (rolled back)
   std::unique_ptr<JsonlWriter> metrics_;
   std::unique_ptr<ConsoleProgress> console_;
 };

@@ -137,11 +137,17 @@ bool Trainer::accept_update(double loss, double grad_norm, StepResult& r) {
   r.loss_zscore = spikes_->last_zscore();
   if (!spike) return true;
   r.loss_spike = true;
-  const bool skip = a.spike_action == "skip";
+  const bool skip = a.spike_action != "log";
+  if (a.spike_action == "rollback") {
+    rollback_requested_ = true;  // done once the step is over (train_step)
+    skip_batch_at_.push_back(step);
+  }
   const std::string where = train_data_->position();
   log::warn("step ", step, ": loss spike ", loss, " (z-score ", r.loss_zscore, " over the last ",
             a.spike_window, " steps, mean ", spikes_->mean(), ") at data position ", where,
-            skip ? "; update skipped" : "");
+            a.spike_action == "rollback" ? "; rolling back to the last checkpoint"
+            : skip                       ? "; update skipped"
+                                         : "");
   if (is_rank0())
     event("loss_spike", {{"loss", loss},
                          {"zscore", r.loss_zscore},

@@ -229,10 +229,23 @@ void Trainer::resume() {
   } else {
     candidates.push_back(resolve_checkpoint(mode));
   }
+  restore(candidates.front());
+}
+
+bool Trainer::rollback() {
+  poll_checkpoint(true);  // a save in flight is the newest state to go back to
+  const std::vector<std::string> committed = committed_checkpoints(ckpt_root_of(config_));
+  if (committed.empty()) return false;
+  restore(committed.front());
+  return true;
+}
+
+void Trainer::restore(const std::string& newest) {
   // Older committed checkpoints are the fallbacks when one turns out to be damaged.
-  const std::string chosen_root = fs::path(candidates.front()).parent_path().string();
+  std::vector<std::string> candidates = {newest};
+  const std::string chosen_root = fs::path(newest).parent_path().string();
   for (const std::string& d : committed_checkpoints(chosen_root))
-    if (d < candidates.front()) candidates.push_back(d);
+    if (d < newest) candidates.push_back(d);
   for (size_t c = 0; c < candidates.size(); ++c) {
     const std::string& dir = candidates[c];
     // Every rank checks what it reads; all agree before anyone moves on.

@@ -97,5 +97,32 @@ TEST(AnomalyInTraining, LossSpikeIsFoundAndItsUpdateSkipped) {
   EXPECT_EQ(ev[0].at("action"), "skip");
 }
 
+// spike_action = "rollback": back to the last committed checkpoint (step 20), the steps in
+// between are retrained exactly, and the offending batch is skipped when its step comes again.
+TEST(AnomalyInTraining, LossSpikeRollsBackAndSkipsTheBatch) {
+  const std::string dir = test_support::fresh_dir("anomaly_rollback");
+  Trainer t(test_support::small_run_config(
+      dir, {"train.steps=30", "train.checkpoint_every=10", "fault.spike_step=26",
+            "anomaly.spike_warmup=10", "anomaly.spike_window=20", "anomaly.spike_action=rollback",
+            "train.async_checkpoint=false"}));
+  std::vector<double> first;
+  StepResult r;
+  for (int i = 1; i <= 26; ++i) {
+    r = t.train_step();
+    first.push_back(r.loss);
+    if (r.step % 10 == 0) t.save();
+  }
+  ASSERT_TRUE(r.loss_spike);
+  ASSERT_TRUE(r.rolled_back);
+  ASSERT_EQ(t.step(), 20);
+  for (int i = 21; i <= 25; ++i) EXPECT_EQ(t.train_step().loss, first[i - 1]) << "step " << i;
+  r = t.train_step();
+  EXPECT_EQ(r.step, 26);
+  EXPECT_TRUE(r.skipped_batch);
+  EXPECT_FALSE(r.loss_spike);
+  EXPECT_NE(r.loss, first[25] / 10);  // another batch
+  ASSERT_EQ(events_of(dir, "rollback").size(), 1u);
+}
+
 }  // namespace
 }  // namespace strata
