@@ -36,6 +36,12 @@ class AsyncCheckpointWriter {
   bool done() const { return !in_flight_ || finished_.load(std::memory_order_acquire); }
   // Waits for the write in flight and returns its result (in_flight() is false afterwards).
   CheckpointWriteResult wait();
+  // Allocates (and touches) room for snapshots of `floats` elements, so that the first save
+  // does not pay for it.
+  void reserve(int64_t floats) {
+    if (static_cast<int64_t>(snapshot_.size()) < floats)
+      snapshot_.resize(static_cast<size_t>(floats));
+  }
   // Bytes reserved for snapshots (grown to the largest save seen; reused after that).
   int64_t snapshot_bytes() const { return static_cast<int64_t>(snapshot_.size() * sizeof(float)); }
 

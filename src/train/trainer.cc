@@ -87,6 +87,14 @@ Trainer::Trainer(RunConfig config, ProcessGroups* groups)
   prepare_data();
   build_model();
   resume();
+  // The snapshot buffer of asynchronous checkpoints, allocated and touched now rather than at
+  // the first save (which would otherwise pay for the first touch of its pages).
+  if (config_.train.async_checkpoint) {
+    int64_t floats = 0;
+    for (const SliceSource& s : checkpoint_sources(/*read_offloaded=*/false))
+      floats += s.entry.count;
+    ckpt_writer_.reserve(floats);
+  }
   peak_flops_ = measure_gemm_flops();
   if (is_rank0())
     metrics_ = std::make_unique<JsonlWriter>((fs::path(config_.run.dir) / "metrics.jsonl").string(),

@@ -98,7 +98,8 @@ class Trainer {
   // Loads the checkpoint in `dir` into this rank's buffers (whatever layout saved it); throws
   // CheckpointCorrupt naming a damaged file.
   void load_checkpoint(const std::string& dir);
-  std::vector<SliceSource> checkpoint_sources();
+  // The slices this rank saves; read_offloaded = false leaves offloaded state unread (sizes only).
+  std::vector<SliceSource> checkpoint_sources(bool read_offloaded = true);
   CheckpointState checkpoint_state() const;
   void write_metrics(const StepResult& r, double tokens_per_s, double mfu, double val_loss);
   void sample_at_end();

@@ -43,15 +43,16 @@ CheckpointState Trainer::checkpoint_state() const {
 // Each element is saved by exactly one rank: the first tp holder of replicated elements, the
 // first stage's copy of a tied embedding, dp rank 0 for replicated buffers, and every dp rank
 // for its ZeRO shard (f32 master weights under ZeRO-3, Adam moments from ZeRO-1 on).
-std::vector<SliceSource> Trainer::checkpoint_sources() {
+std::vector<SliceSource> Trainer::checkpoint_sources(bool read_offloaded) {
   const ParamStore& params = model_->params();
   const float* m = optimizer_ ? optimizer_->first_moment() : nullptr;
   const float* v = optimizer_ ? optimizer_->second_moment() : nullptr;
   if (offload_) {
     const size_t n = static_cast<size_t>(offload_->state_size());
     if (offload_snapshot_.size() < 3 * n) offload_snapshot_.resize(3 * n);
-    offload_->read_state(offload_snapshot_.data(), offload_snapshot_.data() + n,
-                         offload_snapshot_.data() + 2 * n);
+    if (read_offloaded)
+      offload_->read_state(offload_snapshot_.data(), offload_snapshot_.data() + n,
+                           offload_snapshot_.data() + 2 * n);
     m = offload_snapshot_.data() + n;
     v = offload_snapshot_.data() + 2 * n;
   }
