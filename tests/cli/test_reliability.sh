@@ -75,6 +75,13 @@ check "the waiting rank named the operation, the group and the silent rank" \
 out=$("$strata" diagnose "$work/hang")
 check "diagnose: hang" contains "$out" "\[hang\] hang: .* at step 3"
 check "diagnose: the silent rank" contains "$out" "the silent rank is rank 1"
+# ... and with a restart allowed, the supervisor starts the job again and it finishes.
+STRATA_FAULT_HANG_RANK=1 STRATA_FAULT_HANG_STEP=3 "$strata" launch -n 2 --max-restarts 1 \
+  -- "$src/configs/tiny.toml" "${small[@]}" --set train.steps=6 --set parallel.comm_timeout_s=3 \
+  --set train.checkpoint_every=2 --set run.dir="$work/hang_restart" >"$work/hang_restart.out" 2>&1
+check "hung job restarted from its checkpoint and finished" test $? -eq 0
+check "restart after the timeout" contains "$(cat "$work/hang_restart.out")" \
+  "restarting the job (job attempt 2 of 2) after: rank 0 failed with exit status 124"
 
 # 3. NaN gradients, three in a row stop the run.
 echo "-- NaN gradients from step 3"
