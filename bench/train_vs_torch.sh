@@ -102,21 +102,25 @@ else
       --set "run.dir=$RUN_DIR" --set "system.threads=$THREADS" --set run.resume=none \
       --set "train.precision=$PRECISION" ${ATTENTION:+--set "model.attention=$ATTENTION"} \
       > "$LOGDIR/strata.log" 2>&1; then
-    STRATA_TPS=$("$PY" - "$RUN_DIR/metrics.jsonl" <<'EOF' || true
+    # Averaged like the PyTorch side: the tokens of a step over the mean step time of the steps
+    # after the warm-up ones.
+    STRATA_TPS=$("$PY" - "$RUN_DIR/metrics.jsonl" "$WARMUP" <<'EOF' || true
 import json, sys
-last = None
+recs = []
 try:
     for line in open(sys.argv[1]):
         line = line.strip()
         if line:
             rec = json.loads(line)
-            if "tokens_per_s" in rec:
-                last = rec
+            if "tokens_per_s" in rec and "step_ms" in rec:
+                recs.append(rec)
 except (OSError, ValueError) as e:
     sys.exit("cannot read %s: %s" % (sys.argv[1], e))
-if last is None:
+timed = recs[int(sys.argv[2]):] or recs[-1:]
+if not timed:
     sys.exit("no record with tokens_per_s in %s" % sys.argv[1])
-print(last["tokens_per_s"])
+tokens = timed[-1]["tokens_per_s"] * timed[-1]["step_ms"] / 1e3
+print(tokens / (sum(r["step_ms"] for r in timed) / len(timed) / 1e3))
 EOF
 )
     if [[ -z "$STRATA_TPS" ]]; then

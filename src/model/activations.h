@@ -86,8 +86,10 @@ struct ActivationStore {
   float* final_mean = nullptr;           // [ns]
   float* final_rstd = nullptr;           // [ns]
   float* logits = nullptr;               // [n, v]; holds dlogits after backward's loss step
-  float* losses = nullptr;               // [n]
-  float* ce_stats = nullptr;             // [3n] vocab-parallel cross-entropy: max, sum, target
+  // bf16 runs: the dlogits are bf16, over the logits' storage (reinterpret as uint16_t [n, v]).
+  bool dlogits_bf16 = false;
+  float* losses = nullptr;    // [n]
+  float* ce_stats = nullptr;  // [3n] vocab-parallel cross-entropy: max, sum, target
   bool has_targets = false;
   int64_t b = 0, t = 0;  // shape of the micro-batch it holds
 };

@@ -453,7 +453,11 @@ double Decoder::loss(ActivationStore& a, const int32_t* targets, bool backward, 
     valid += targets[i] >= 0;
   }
   double sum = 0;
-  if (!tp_.active()) {
+  // bf16: the head's backward GEMMs read bf16 dlogits, which the loss writes directly.
+  a.dlogits_bf16 = backward && precision_ == DType::bf16 && !tp_.active();
+  if (a.dlogits_bf16) {
+    sum = k::cross_entropy_forward_backward_bf16(a.losses, a.logits, a.targets, n, v, grad_scale);
+  } else if (!tp_.active()) {
     sum = backward
               ? k::cross_entropy_forward_backward(a.losses, a.logits, a.targets, n, v, grad_scale)
               : k::cross_entropy_forward(a.losses, a.logits, a.targets, n, v);
@@ -555,8 +559,15 @@ void Decoder::head_backward(ActivationStore& a) {
   // A tied head's weight gradient belongs to the embedding group: it is computed at the end of
   // backward (dlogits stay in a.logits), so that every group's gradients complete at one time.
   const auto [in32, inlp] = column_input(a.final_norm, a.final_norm_lp, s.full_b, n, false);
-  linear_bwd(dx, tied_in_place() ? nullptr : head_grad(), nullptr, a.logits, in32, inlp, head, n, c,
-             v);
+  if (a.dlogits_bf16) {
+    const uint16_t* dl = reinterpret_cast<const uint16_t*>(a.logits);
+    k::gemm_bf16(false, false, n, c, v, 1.0f, dl, v, lowp_weight(head), c, 0.0f, dx, c);
+    if (!tied_in_place())
+      k::gemm_bf16(true, false, v, c, n, 1.0f, dl, v, inlp, c, 1.0f, head_grad(), c);
+  } else {
+    linear_bwd(dx, tied_in_place() ? nullptr : head_grad(), nullptr, a.logits, in32, inlp, head, n,
+               c, v);
+  }
   if (tied_in_place()) hooks_->release_params(0);
   tp_.reduce_rows(dx, s.dnorm, n, c);
   std::memset(s.dresid, 0, static_cast<size_t>(ns * c) * sizeof(float));
@@ -590,6 +601,9 @@ void Decoder::embedding_backward(ActivationStore& a) {
     if (!lowp())
       k::gemm(true, false, v, c, n, 1.0f, a.logits, v, in32, c, 1.0f, params_.grad(index_.embed),
               c);
+    else if (a.dlogits_bf16)
+      k::gemm_bf16(true, false, v, c, n, 1.0f, reinterpret_cast<const uint16_t*>(a.logits), v, inlp,
+                   c, 1.0f, params_.grad(index_.embed), c);
     else
       linear_bwd(nullptr, params_.grad(index_.embed), nullptr, a.logits, in32, inlp, index_.embed,
                  n, c, v);

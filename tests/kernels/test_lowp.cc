@@ -133,5 +133,34 @@ TEST(Lowp, Bf16GemmTransposes) {
     }
 }
 
+// The bf16 cross-entropy writes over its own logits in doubling row blocks: its gradient must be
+// exactly the f32 kernel's rounded to bf16, and its losses exactly the f32 kernel's, for row
+// counts that end inside a block and with ignored rows.
+TEST(Lowp, Bf16CrossEntropyIsTheF32GradientRounded) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  for (int64_t n : {1, 2, 3, 37, 64}) {
+    for (int64_t v : {5, 16, 1000}) {
+      std::vector<float> logits(static_cast<size_t>(n * v));
+      for (float& x : logits) x = normal(rng);
+      std::vector<int32_t> targets(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i)
+        targets[i] = i % 7 == 3 ? -1 : static_cast<int32_t>((i * 31 + 5) % v);
+      std::vector<float> ref = logits, lref(static_cast<size_t>(n)), lgot(lref.size());
+      const double want = cross_entropy_forward_backward(lref.data(), ref.data(), targets.data(), n,
+                                                         v, 0.125f);
+      std::vector<float> got = logits;
+      const double have = cross_entropy_forward_backward_bf16(lgot.data(), got.data(),
+                                                              targets.data(), n, v, 0.125f);
+      EXPECT_EQ(have, want) << "n " << n << " v " << v;
+      EXPECT_EQ(lgot, lref);
+      const uint16_t* g = reinterpret_cast<const uint16_t*>(got.data());
+      for (int64_t i = 0; i < n * v; ++i)
+        ASSERT_EQ(g[i], f32_to_bf16(ref[static_cast<size_t>(i)])) << "n " << n << " v " << v
+                                                                  << " element " << i;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace strata::kernels

@@ -122,6 +122,11 @@ double cross_entropy_forward(float* losses, const float* logits, const int32_t* 
 // Same, and overwrites logits in place with dlogits = (softmax - onehot) * grad_scale.
 double cross_entropy_forward_backward(float* losses, float* logits, const int32_t* targets,
                                       int64_t n, int64_t v, float grad_scale);
+// The same loss, with the gradient written as bf16 (round to nearest even) over the logits'
+// storage: reinterpret_cast<uint16_t*>(logits)[i * v + j] is dL/dlogit(i, j). For a bf16 head
+// whose backward GEMMs read bf16 anyway.
+double cross_entropy_forward_backward_bf16(float* losses, float* logits, const int32_t* targets,
+                                           int64_t n, int64_t v, float grad_scale);
 
 // ---- Tensor-parallel pieces (vocab_parallel.cc) -------------------------------------------------
 // A rank holds vocabulary rows [vocab_begin, vocab_begin + vocab_count) of the embedding (and of a

@@ -17,19 +17,10 @@ namespace strata::kernels {
 namespace {
 
 void to_bf16(uint16_t* out, const float* in, int64_t count) {
-  const __m512i half = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1);
-  const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
-  const __m512i quiet = _mm512_set1_epi32(0x40);
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < count; i += 16) {
     const __mmask16 m = vec::tail_mask(i, count);
-    const __m512i u = _mm512_castps_si512(vec::load(in + i, m));
-    // u + 0x7fff + ((u >> 16) & 1), then >> 16; NaN: truncate and set the quiet bit.
-    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), one);
-    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, half), lsb), 16);
-    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs_mask), inf);
-    r = _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(u, 16), quiet);
-    _mm256_mask_storeu_epi16(out + i, m, _mm512_cvtepi32_epi16(r));
+    _mm256_mask_storeu_epi16(out + i, m, vec::to_bf16(vec::load(in + i, m)));
   }
 }
 

@@ -57,6 +57,19 @@ inline __m512 sigmoid(__m512 x) {
   return _mm512_div_ps(one, _mm512_add_ps(one, exp(_mm512_sub_ps(_mm512_setzero_ps(), x))));
 }
 
+// f32 -> bf16 bit patterns, round to nearest even, NaN kept quiet (bit-exact with
+// core/dtype.h's scalar f32_to_bf16).
+inline __m256i to_bf16(__m512 x) {
+  const __m512i u = _mm512_castps_si512(x);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  __m512i r = _mm512_srli_epi32(
+      _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
+  const __mmask16 nan = _mm512_cmpgt_epu32_mask(
+      _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+  r = _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+  return _mm512_cvtepi32_epi16(r);
+}
+
 inline float reduce_max(__m512 v) {
   return _mm512_reduce_max_ps(v);
 }
