@@ -396,12 +396,16 @@ void Decoder::block_forward(int layer, ActivationStore& a, LayerActivations& l, 
   std::tie(in32, inlp) = column_input(l.mlp_norm, l.mlp_norm_lp, scratch_.full_a, n, true);
   if (cfg.family == ModelFamily::gpt2) {
     linear_fwd(l.mlp_pre, in32, inlp, bp.fc_w, bp.fc_b, n, c, f);
-    k::gelu_forward(l.mlp_act, l.mlp_pre, n * f);
+    if (precision_ == DType::bf16)  // straight to the down GEMM's bf16 input
+      k::gelu_forward_bf16(l.mlp_act_lp, l.mlp_pre, n * f);
+    else
+      k::gelu_forward(l.mlp_act, l.mlp_pre, n * f);
   } else {
     linear_fwd(l.mlp_pre, in32, inlp, bp.gate_w, -1, n, c, 2 * f);
     k::swiglu_forward(l.mlp_act, l.mlp_pre, n, f);
   }
-  if (lowp()) k::to_lowp(precision_, l.mlp_act_lp, l.mlp_act, n * f);
+  if (lowp() && !(precision_ == DType::bf16 && cfg.family == ModelFamily::gpt2))
+    k::to_lowp(precision_, l.mlp_act_lp, l.mlp_act, n * f);
   const int down = cfg.family == ModelFamily::gpt2 ? bp.proj_w : bp.down_w;
   row_parallel(l.resid_out, l.mlp_act, l.mlp_act_lp, down, bp.proj_b, l.resid_mid, n, f);
 }

@@ -162,5 +162,19 @@ TEST(Lowp, Bf16CrossEntropyIsTheF32GradientRounded) {
   }
 }
 
+TEST(Lowp, Bf16GeluIsTheF32GeluRounded) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 4.0f);
+  for (int64_t count : {1, 15, 17, 4096, 5000}) {
+    std::vector<float> x(static_cast<size_t>(count)), y(x.size());
+    for (float& v : x) v = normal(rng);
+    gelu_forward(y.data(), x.data(), count);
+    std::vector<uint16_t> got(x.size());
+    gelu_forward_bf16(got.data(), x.data(), count);
+    for (int64_t i = 0; i < count; ++i)
+      ASSERT_EQ(got[static_cast<size_t>(i)], f32_to_bf16(y[static_cast<size_t>(i)])) << i;
+  }
+}
+
 }  // namespace
 }  // namespace strata::kernels

@@ -14,6 +14,16 @@ constexpr float kCube = 0.044715f;
 constexpr int64_t kChunk = 4096;  // elements per parallel work item (multiple of 16)
 }  // namespace
 
+namespace {
+inline __m512 gelu(__m512 xv) {
+  const __m512 x2 = _mm512_mul_ps(xv, xv);
+  // 2u = 2 sqrt(2/pi) (x + c x^3) = x (2 sqrt(2/pi)) (1 + c x^2)
+  const __m512 u2 = _mm512_mul_ps(_mm512_mul_ps(xv, _mm512_set1_ps(kTwoScale)),
+                                  _mm512_fmadd_ps(x2, _mm512_set1_ps(kCube), _mm512_set1_ps(1.0f)));
+  return _mm512_mul_ps(xv, vec::sigmoid(u2));
+}
+}  // namespace
+
 void gelu_forward(float* y, const float* x, int64_t count) {
   const int64_t chunks = (count + kChunk - 1) / kChunk;
 #pragma omp parallel for schedule(static)
@@ -21,13 +31,19 @@ void gelu_forward(float* y, const float* x, int64_t count) {
     const int64_t end = std::min(count, (ch + 1) * kChunk);
     for (int64_t i = ch * kChunk; i < end; i += 16) {
       const __mmask16 m = vec::tail_mask(i, end);
-      const __m512 xv = vec::load(x + i, m);
-      const __m512 x2 = _mm512_mul_ps(xv, xv);
-      // 2u = 2 sqrt(2/pi) (x + c x^3) = x (2 sqrt(2/pi)) (1 + c x^2)
-      const __m512 u2 =
-          _mm512_mul_ps(_mm512_mul_ps(xv, _mm512_set1_ps(kTwoScale)),
-                        _mm512_fmadd_ps(x2, _mm512_set1_ps(kCube), _mm512_set1_ps(1.0f)));
-      vec::store(y + i, _mm512_mul_ps(xv, vec::sigmoid(u2)), m);
+      vec::store(y + i, gelu(vec::load(x + i, m)), m);
+    }
+  }
+}
+
+void gelu_forward_bf16(uint16_t* y, const float* x, int64_t count) {
+  const int64_t chunks = (count + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static)
+  for (int64_t ch = 0; ch < chunks; ++ch) {
+    const int64_t end = std::min(count, (ch + 1) * kChunk);
+    for (int64_t i = ch * kChunk; i < end; i += 16) {
+      const __mmask16 m = vec::tail_mask(i, end);
+      _mm256_mask_storeu_epi16(y + i, m, vec::to_bf16(gelu(vec::load(x + i, m))));
     }
   }
 }

@@ -83,6 +83,8 @@ void rmsnorm_backward(float* dx, float* dw, const float* dy, const float* x, con
 
 // ---- GELU, tanh approximation (GPT-2's) --------------------------------------------------------
 void gelu_forward(float* y, const float* x, int64_t count);
+// The same values rounded to bf16 (round to nearest even): the next GEMM's input, written once.
+void gelu_forward_bf16(uint16_t* y, const float* x, int64_t count);
 // dx = dy * gelu'(x); dx may alias dy.
 void gelu_backward(float* dx, const float* x, const float* dy, int64_t count);
 
