@@ -394,9 +394,11 @@ void Decoder::block_forward(int layer, ActivationStore& a, LayerActivations& l, 
   norm_forward(cfg, l.mlp_norm, l.mlp_mean, l.mlp_rstd, l.resid_mid, P(bp.mlp_norm_w),
                P(bp.mlp_norm_b), ns);
   std::tie(in32, inlp) = column_input(l.mlp_norm, l.mlp_norm_lp, scratch_.full_a, n, true);
+  // bf16 GELU writes the down GEMM's bf16 input straight away (no f32 activation to round).
+  const bool gelu_bf16 = cfg.family == ModelFamily::gpt2 && precision_ == DType::bf16;
   if (cfg.family == ModelFamily::gpt2) {
     linear_fwd(l.mlp_pre, in32, inlp, bp.fc_w, bp.fc_b, n, c, f);
-    if (precision_ == DType::bf16)  // straight to the down GEMM's bf16 input
+    if (gelu_bf16)
       k::gelu_forward_bf16(l.mlp_act_lp, l.mlp_pre, n * f);
     else
       k::gelu_forward(l.mlp_act, l.mlp_pre, n * f);
@@ -404,8 +406,7 @@ void Decoder::block_forward(int layer, ActivationStore& a, LayerActivations& l, 
     linear_fwd(l.mlp_pre, in32, inlp, bp.gate_w, -1, n, c, 2 * f);
     k::swiglu_forward(l.mlp_act, l.mlp_pre, n, f);
   }
-  if (lowp() && !(precision_ == DType::bf16 && cfg.family == ModelFamily::gpt2))
-    k::to_lowp(precision_, l.mlp_act_lp, l.mlp_act, n * f);
+  if (lowp() && !gelu_bf16) k::to_lowp(precision_, l.mlp_act_lp, l.mlp_act, n * f);
   const int down = cfg.family == ModelFamily::gpt2 ? bp.proj_w : bp.down_w;
   row_parallel(l.resid_out, l.mlp_act, l.mlp_act_lp, down, bp.proj_b, l.resid_mid, n, f);
 }

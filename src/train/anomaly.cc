@@ -38,14 +38,18 @@ bool LossSpikeDetector::is_spike(double loss) {
   return false;
 }
 
+double lower_median(const std::vector<float>& values) {
+  if (values.empty()) return 0.0;
+  std::vector<float> sorted = values;
+  std::sort(sorted.begin(), sorted.end());
+  return sorted[(sorted.size() - 1) / 2];
+}
+
 std::vector<int> stragglers(const std::vector<float>& seconds, double factor) {
   std::vector<int> out;
   if (factor <= 0 || seconds.size() < 2) return out;
-  std::vector<float> sorted = seconds;
-  std::sort(sorted.begin(), sorted.end());
-  const size_t n = sorted.size();
-  // The lower median: with two ranks, the faster one is the reference.
-  const double median = sorted[(n - 1) / 2];
+  const size_t n = seconds.size();
+  const double median = lower_median(seconds);
   for (size_t i = 0; i < n; ++i)
     // A floor of 50 ms keeps scheduling noise on tiny steps from naming anyone.
     if (seconds[i] > factor * median && seconds[i] - median > 0.05)

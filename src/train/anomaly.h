@@ -25,6 +25,9 @@ class LossSpikeDetector {
   double zscore_, last_z_ = 0;
 };
 
+// The lower median (with two values, the smaller): the reference a straggler is measured against.
+double lower_median(const std::vector<float>& values);
+
 // Ranks whose time exceeds factor x the (lower) median of all (factor <= 0: none).
 std::vector<int> stragglers(const std::vector<float>& seconds, double factor);
 

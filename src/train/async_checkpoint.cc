@@ -3,14 +3,11 @@
 #include <chrono>
 #include <cstring>
 
+#include "core/clock.h"
+
 namespace strata {
 
 namespace {
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
 CheckpointWriteResult write_now(const std::string& path, const std::vector<SliceSource>& sources) {
   CheckpointWriteResult r;
   const auto t0 = Clock::now();

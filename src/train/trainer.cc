@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <limits>
 
+#include "core/clock.h"
 #include "core/log.h"
 #include "data/prepare.h"
 #include "data/tokenizer.h"
@@ -21,12 +22,8 @@
 namespace strata {
 
 namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
 
 namespace {
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 std::vector<std::string> shards_with_prefix(const std::string& dir, const std::string& prefix) {
   std::vector<std::string> out;

@@ -166,9 +166,7 @@ void Trainer::after_step_checks(StepResult& r) {
     groups_->world().all_gather(&mine, step_times_.data(), 1, DType::f32)->wait();
     r.stragglers = stragglers(step_times_, a.straggler_factor);
     if (!r.stragglers.empty() && is_rank0()) {
-      std::vector<float> sorted = step_times_;
-      std::sort(sorted.begin(), sorted.end());
-      const float median = sorted[(sorted.size() - 1) / 2];
+      const double median = lower_median(step_times_);
       std::vector<double> secs;
       for (int s : r.stragglers) secs.push_back(step_times_[static_cast<size_t>(s)]);
       log::warn("step ", r.step, ": straggler rank(s) ", nlohmann::json(r.stragglers).dump(),

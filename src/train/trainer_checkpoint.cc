@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "core/clock.h"
 #include "core/log.h"
 #include "track/events.h"
 #include "train/trainer.h"
@@ -13,10 +14,6 @@ namespace strata {
 namespace fs = std::filesystem;
 
 namespace {
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 std::string ckpt_root_of(const RunConfig& c) {
   return (fs::path(c.run.dir) / "ckpt").string();
 }
