@@ -25,7 +25,9 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get -o DPkg::Lock::Timeout=900 install -y -qq \
     --no-install-recommends "${missing[@]}" >/dev/null
 fi
-# Hugging Face's Python libraries, for the interoperability tests (into the default python3).
-if ! python3 -c "import safetensors, tokenizers, numpy" 2>/dev/null; then
-  python3 -m pip install --quiet --disable-pip-version-check safetensors tokenizers numpy
+# Hugging Face's Python libraries and TensorBoard, for the interoperability tests (into the
+# default python3).
+if ! python3 -c "import safetensors, tokenizers, numpy, tensorboard" 2>/dev/null; then
+  python3 -m pip install --quiet --disable-pip-version-check safetensors tokenizers numpy \
+    tensorboard
 fi

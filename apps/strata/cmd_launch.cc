@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "launch/supervisor.h"
 #include "train/config.h"
+#include "train/deepspeed_config.h"
 
 namespace strata::cli {
 
@@ -25,6 +26,19 @@ std::vector<std::string> overrides_in(const std::vector<std::string>& args) {
       out.push_back(args[++i]);
     else if (args[i].rfind("--set=", 0) == 0)
       out.push_back(args[i].substr(6));
+  }
+  return out;
+}
+
+// The --deepspeed file among the arguments that follow CONFIG ("--deepspeed F" or
+// "--deepspeed=F"), or "".
+std::string deepspeed_in(const std::vector<std::string>& args) {
+  std::string out;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--deepspeed" && i + 1 < args.size())
+      out = args[++i];
+    else if (args[i].rfind("--deepspeed=", 0) == 0)
+      out = args[i].substr(12);
   }
   return out;
 }
@@ -60,6 +74,7 @@ Command add_launch_command(CLI::App& parent) {
     launch::LaunchOptions options;
     std::vector<std::string> command;  // CONFIG [--set k=v ...], or the --program's arguments
     std::vector<std::string> sets;     // --set given before `--`
+    std::string deepspeed;             // --deepspeed given before `--`
   };
   auto args = std::make_shared<Args>();
   CLI::App* app = parent.add_subcommand(
@@ -96,6 +111,8 @@ Command add_launch_command(CLI::App& parent) {
   app->add_option("--set", args->sets, "override a config key, as for `strata train`")
       ->take_all()
       ->expected(1);
+  app->add_option("--deepspeed", args->deepspeed,
+                  "DeepSpeed JSON config, as for `strata train` (also accepted after CONFIG)");
   // For tests and tools: run PROGRAM ARGS... as the ranks instead of `strata train`; the run
   // directory (heartbeats, launch.log) then comes from --run-dir, as there is no config to read.
   app->add_option("--program", o.program, "run this program instead of `strata train`")->group("");
@@ -106,6 +123,8 @@ Command add_launch_command(CLI::App& parent) {
             launch::LaunchOptions options = args->options;
             std::vector<std::string> command = args->command;
             for (const std::string& s : args->sets) command.insert(command.end(), {"--set", s});
+            if (!args->deepspeed.empty())
+              command.insert(command.end(), {"--deepspeed", args->deepspeed});
             if (!options.program.empty()) {
               // mpirun and srun resolve a bare name on PATH; a relative path is made absolute so
               // that it does not depend on the ranks' working directory.
@@ -117,8 +136,12 @@ Command add_launch_command(CLI::App& parent) {
                            "strata launch: --run-dir is for --program; the run directory of a "
                            "training job is its config's run.dir (--set run.dir=...)");
               // Read now, so that a bad config fails once here rather than on every rank.
-              const RunConfig config =
-                  load_config(command.front(), overrides_in({command.begin() + 1, command.end()}));
+              const std::vector<std::string> rest(command.begin() + 1, command.end());
+              const std::vector<std::string> sets = overrides_in(rest);
+              DeepSpeedConfig ds;
+              if (const std::string f = deepspeed_in(rest); !f.empty()) ds = read_deepspeed(f);
+              RunConfig config = load_config_with_deepspeed(command.front(), ds, sets);
+              resolve_deepspeed_batch(config, ds, sets, options.ranks);
               options.run_dir = config.run.dir;
               if (options.elastic) options.shrink = elastic_planner(config, options.ranks);
               options.args = {"train"};

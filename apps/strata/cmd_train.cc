@@ -10,6 +10,7 @@
 #include "model/shard.h"
 #include "track/events.h"
 #include "train/config.h"
+#include "train/deepspeed_config.h"
 #include "train/trainer.h"
 
 namespace strata::cli {
@@ -17,6 +18,7 @@ namespace strata::cli {
 Command add_train_command(CLI::App& parent) {
   struct Args {
     std::string config;
+    std::string deepspeed;
     std::vector<std::string> overrides;
   };
   auto args = std::make_shared<Args>();
@@ -27,12 +29,25 @@ Command add_train_command(CLI::App& parent) {
   app->add_option("--set", args->overrides, "override a config key: --set train.steps=100")
       ->take_all()
       ->expected(1);
+  app->add_option("--deepspeed", args->deepspeed,
+                  "DeepSpeed JSON config whose training keys (batch, precision, ZeRO, optimizer, "
+                  "scheduler, ...) override the TOML's; --set still applies last "
+                  "(docs/DEEPSPEED.md)");
   return {app, [args] {
-            RunConfig config = load_config(args->config, args->overrides);
             const RankEnv env = detect_rank_env();
+            const DeepSpeedConfig ds =
+                args->deepspeed.empty() ? DeepSpeedConfig{} : read_deepspeed(args->deepspeed);
+            RunConfig config = load_config_with_deepspeed(args->config, ds, args->overrides);
+            if (!ds.source.empty() && env.rank == 0) {
+              for (const std::string& w : ds.warnings)
+                std::fprintf(stderr, "warning: %s: %s\n", ds.source.c_str(), w.c_str());
+              std::fprintf(stderr, "deepspeed: %s -> %s\n", ds.source.c_str(),
+                           describe_deepspeed(ds).c_str());
+            }
             if (env.launcher == "none" && config.parallel.tp * config.parallel.pp *
                                                   std::max<int64_t>(1, config.parallel.dp) ==
                                               1) {
+              resolve_deepspeed_batch(config, ds, args->overrides, 1);
               const std::string run_dir = config.run.dir;
               try {
                 Trainer trainer(std::move(config));  // one process: no MPI at all
@@ -49,6 +64,9 @@ Command add_train_command(CLI::App& parent) {
             const ParallelConfig& p = config.parallel;
             Layout layout;
             try {
+              // DeepSpeed's train_batch_size counts every data-parallel rank: resolved here,
+              // where the world size is known.
+              resolve_deepspeed_batch(config, ds, args->overrides, mpi_world_size());
               layout = resolve_layout(static_cast<int>(p.tp), static_cast<int>(p.pp),
                                       static_cast<int>(p.dp), static_cast<int>(p.zero),
                                       mpi_world_size());

@@ -16,5 +16,6 @@ Command add_prepare_command(CLI::App& parent);
 Command add_generate_command(CLI::App& parent);
 Command add_launch_command(CLI::App& parent);
 Command add_diagnose_command(CLI::App& parent);
+Command add_plan_command(CLI::App& parent);
 
 }  // namespace strata::cli

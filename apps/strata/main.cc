@@ -11,9 +11,9 @@ int main(int argc, char** argv) {
   using namespace strata::cli;
   CLI::App app{"strata: distributed training of transformer language models"};
   app.require_subcommand(1);
-  const std::vector<Command> commands = {add_train_command(app), add_prepare_command(app),
+  const std::vector<Command> commands = {add_train_command(app),    add_prepare_command(app),
                                          add_generate_command(app), add_launch_command(app),
-                                         add_diagnose_command(app)};
+                                         add_diagnose_command(app), add_plan_command(app)};
   CLI11_PARSE(app, argc, argv);
   try {
     for (const Command& c : commands)

@@ -75,4 +75,23 @@ class Arena {
   int64_t allocs_after_freeze_ = 0;
 };
 
+// Bytes per category (MemCategory order).
+using MemBytes = std::array<int64_t, kNumMemCategories>;
+
+// Counts what an Arena would hold without allocating anything: code that plans buffers is written
+// once against "an arena" (a template parameter, Arena or MemCounter), so that the planner
+// (plan/memory_model.cc) sizes them exactly as the allocation does. alloc returns null.
+class MemCounter {
+ public:
+  template <typename T = float>
+  T* alloc(MemCategory category, int64_t count, std::string_view /*what*/) {
+    bytes_[static_cast<int>(category)] += count * static_cast<int64_t>(sizeof(T));
+    return nullptr;
+  }
+  const MemBytes& bytes() const { return bytes_; }
+
+ private:
+  MemBytes bytes_{};
+};
+
 }  // namespace strata

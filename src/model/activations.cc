@@ -7,12 +7,6 @@
 
 namespace strata {
 
-namespace {
-float* act(Arena& arena, int64_t count, const char* what) {
-  return arena.alloc<float>(MemCategory::activations, count, what);
-}
-}  // namespace
-
 Recompute recompute_from_name(const std::string& name) {
   if (name == "none") return Recompute::none;
   if (name == "selective") return Recompute::selective;
@@ -24,19 +18,25 @@ const char* recompute_name(Recompute r) {
   return r == Recompute::none ? "none" : r == Recompute::selective ? "selective" : "full";
 }
 
-LayerActivations allocate_layer(const ModelConfig& cfg, const ModelShard& shard, Recompute mode,
-                                Arena& arena, MemCategory category, int64_t batch, int64_t seq_len,
-                                DType precision) {
+namespace {
+
+// The buffers below are planned once, against "an arena" A: the Arena (allocation) or a
+// MemCounter (the planner's byte counts), so that both see the same sizes.
+
+template <class A>
+LayerActivations layer_buffers(const ModelConfig& cfg, const ModelShard& shard, Recompute mode,
+                               A& arena, MemCategory category, int64_t batch, int64_t seq_len,
+                               DType precision) {
   const bool lowp = precision != DType::f32;
   const int64_t n = batch * seq_len, ns = shard.local_rows(n), c = cfg.d_model;
   const int64_t nh = shard.heads(cfg), f = shard.ffn(cfg);
   const bool layernorm = cfg.family == ModelFamily::gpt2;
   const int64_t pre_width = cfg.family == ModelFamily::gpt2 ? f : 2 * f;
   auto buf = [&](int64_t count, const char* what) {
-    return arena.alloc<float>(category, count, what);
+    return arena.template alloc<float>(category, count, what);
   };
   auto half = [&](int64_t count, const char* what) {
-    return arena.alloc<uint16_t>(category, count, what);
+    return arena.template alloc<uint16_t>(category, count, what);
   };
   // A GEMM input kept for backward: 16 bits under mixed precision (its f32 version is then a
   // transient shared buffer, see layer_view), f32 otherwise.
@@ -70,84 +70,185 @@ LayerActivations allocate_layer(const ModelConfig& cfg, const ModelShard& shard,
   return l;
 }
 
-ActivationStore::ActivationStore(const ModelConfig& cfg, const ModelShard& shard, LayerRange range,
-                                 bool embedding, bool head, Arena& arena, int64_t batch,
-                                 int64_t seq_len, const RecomputePolicy& recompute, DType precision)
-    : b(batch), t(seq_len) {
-  const int64_t n = batch * seq_len, ns = shard.local_rows(n), c = cfg.d_model;
-  const bool layernorm = cfg.family == ModelFamily::gpt2;
-  inputs = arena.alloc<int32_t>(MemCategory::activations, n, "input tokens");
-  targets = arena.alloc<int32_t>(MemCategory::activations, n, "target tokens");
-  embed_out = act(arena, ns * c, embedding ? "embedding output" : "stage input");
-  for (int64_t local = 0; local < range.size(); ++local)
-    layers.push_back(allocate_layer(cfg, shard, recompute.for_layer(local), arena,
-                                    MemCategory::activations, batch, seq_len, precision));
-  if (head) {
-    if (precision != DType::f32)
-      final_norm_lp =
-          arena.alloc<uint16_t>(MemCategory::activations, ns * c, "final norm (16-bit)");
-    else
-      final_norm = act(arena, ns * c, "final norm");
-    if (layernorm) final_mean = act(arena, ns, "final norm mean");
-    final_rstd = act(arena, ns, "final norm rstd");
-    logits = act(arena, n * shard.vocab(cfg), "logits");
-    losses = act(arena, n, "token losses");
-    if (shard.tp > 1) ce_stats = act(arena, 3 * n, "cross-entropy statistics");
-  }
+// An ActivationStore's buffers before its layers: the micro-batch's tokens and the chunk input.
+template <class A>
+void store_input_buffers(ActivationStore& s, const ModelConfig& cfg, const ModelShard& shard,
+                         bool embedding, A& arena, int64_t batch, int64_t seq_len) {
+  const int64_t n = batch * seq_len, ns = shard.local_rows(n);
+  s.inputs = arena.template alloc<int32_t>(MemCategory::activations, n, "input tokens");
+  s.targets = arena.template alloc<int32_t>(MemCategory::activations, n, "target tokens");
+  s.embed_out = arena.template alloc<float>(MemCategory::activations, ns * cfg.d_model,
+                                            embedding ? "embedding output" : "stage input");
 }
 
-GradScratch::GradScratch(const ModelConfig& cfg, const ModelShard& shard, Arena& arena,
-                         int64_t batch, int64_t seq_len, DType precision) {
+// After its layers, on the chunk with the head: the final norm, logits and losses.
+template <class A>
+void store_head_buffers(ActivationStore& s, const ModelConfig& cfg, const ModelShard& shard,
+                        A& arena, int64_t batch, int64_t seq_len, DType precision) {
+  const int64_t n = batch * seq_len, ns = shard.local_rows(n), c = cfg.d_model;
+  const bool layernorm = cfg.family == ModelFamily::gpt2;
+  auto act = [&](int64_t count, const char* what) {
+    return arena.template alloc<float>(MemCategory::activations, count, what);
+  };
+  if (precision != DType::f32)
+    s.final_norm_lp =
+        arena.template alloc<uint16_t>(MemCategory::activations, ns * c, "final norm (16-bit)");
+  else
+    s.final_norm = act(ns * c, "final norm");
+  if (layernorm) s.final_mean = act(ns, "final norm mean");
+  s.final_rstd = act(ns, "final norm rstd");
+  s.logits = act(n * shard.vocab(cfg), "logits");
+  s.losses = act(n, "token losses");
+  if (shard.tp > 1) s.ce_stats = act(3 * n, "cross-entropy statistics");
+}
+
+template <class A>
+void scratch_buffers(GradScratch& g, const ModelConfig& cfg, const ModelShard& shard, A& arena,
+                     int64_t batch, int64_t seq_len, DType precision, int threads) {
   const int64_t n = batch * seq_len, ns = shard.local_rows(n), c = cfg.d_model;
   const int64_t nh = shard.heads(cfg), nkv = shard.kv_heads(cfg), f = shard.ffn(cfg);
   const int64_t pre_width = cfg.family == ModelFamily::gpt2 ? f : 2 * f;
   auto ws = [&](int64_t count, const char* what) {
-    return arena.alloc<float>(MemCategory::workspace, count, what);
+    return arena.template alloc<float>(MemCategory::workspace, count, what);
   };
-  dresid = ws(ns * c, "residual gradient");
-  dnorm = ws(ns * c, "norm gradient");
-  dqkv = ws(n * shard.qkv_width(cfg), "qkv gradient");
-  dattn = ws(n * nh * cfg.head_dim(), "attention output gradient");
-  dmlp_pre = ws(n * pre_width, "mlp pre-activation gradient");
-  dmlp_act = ws(n * f, "mlp activation gradient");
+  g.dresid = ws(ns * c, "residual gradient");
+  g.dnorm = ws(ns * c, "norm gradient");
+  g.dqkv = ws(n * shard.qkv_width(cfg), "qkv gradient");
+  g.dattn = ws(n * nh * cfg.head_dim(), "attention output gradient");
+  g.dmlp_pre = ws(n * pre_width, "mlp pre-activation gradient");
+  g.dmlp_act = ws(n * f, "mlp activation gradient");
+  const int64_t hd = cfg.head_dim();
   const int64_t scratch =
       cfg.flash_attention()
           ? std::max(
-                kernels::flash_attention_backward_scratch(batch, seq_len, nh, nkv, cfg.head_dim()),
-                kernels::flash_attention_backward_bf16_scratch(batch, seq_len, nh, nkv,
-                                                               cfg.head_dim()))
-          : kernels::attention_backward_scratch(batch, seq_len, nh, nkv, cfg.head_dim());
-  attn_scratch = ws(std::max<int64_t>(1, scratch), "attention backward scratch");
+                kernels::flash_attention_backward_scratch(batch, seq_len, nh, nkv, hd, threads),
+                kernels::flash_attention_backward_bf16_scratch(batch, seq_len, nh, nkv, hd,
+                                                               threads))
+          : kernels::attention_backward_scratch(batch, seq_len, nh, nkv, hd, threads);
+  g.attn_scratch = ws(std::max<int64_t>(1, scratch), "attention backward scratch");
   if (shard.sp) {
-    full_a = ws(n * c, "sequence-parallel gather");
-    full_b = ws(n * c, "sequence-parallel partial sums");
+    g.full_a = ws(n * c, "sequence-parallel gather");
+    g.full_b = ws(n * c, "sequence-parallel partial sums");
   }
   if (precision == DType::f32) return;
   auto half = [&](int64_t count, const char* what) {
-    return arena.alloc<uint16_t>(MemCategory::workspace, count, what);
+    return arena.template alloc<uint16_t>(MemCategory::workspace, count, what);
   };
-  if (shard.sp) full_lp = half(n * c, "sequence-parallel gather (16-bit)");
+  if (shard.sp) g.full_lp = half(n * c, "sequence-parallel gather (16-bit)");
   // Output gradients are rounded in row blocks: the widest layer (gate|up, qkv, fc) at all rows,
   // or the head (vocabulary rows) in blocks of at most 512 rows.
   const int64_t widest = std::max({shard.qkv_width(cfg), pre_width, c, nh * cfg.head_dim()});
-  dy_capacity = std::max(n * widest, std::min<int64_t>(n, 512) * shard.vocab(cfg));
-  dy_lp = half(dy_capacity, "output gradient (16-bit)");
+  g.dy_capacity = std::max(n * widest, std::min<int64_t>(n, 512) * shard.vocab(cfg));
+  g.dy_lp = half(g.dy_capacity, "output gradient (16-bit)");
   if (precision == DType::f16) {
     const int64_t largest_in = std::max({c, f, nh * cfg.head_dim()});
     const int64_t largest_w = std::max({shard.qkv_width(cfg) * c, pre_width * c, c * f,
                                         shard.vocab(cfg) * c, c * nh * cfg.head_dim()});
-    f16_wide =
-        ws(std::max(n * largest_in + largest_w, dy_capacity + std::max(largest_w, n * largest_in)),
-           "f16 operands widened to f32");
+    g.f16_wide = ws(
+        std::max(n * largest_in + largest_w, g.dy_capacity + std::max(largest_w, n * largest_in)),
+        "f16 operands widened to f32");
   }
   // Transient f32 activations (their 16-bit copies are what the layers keep).
-  transient.attn_norm = ws(ns * c, "attention norm (f32, transient)");
-  transient.qkv = ws(n * shard.qkv_width(cfg), "qkv (f32, transient)");
-  transient.mlp_norm = ws(ns * c, "mlp norm (f32, transient)");
-  transient.mlp_act = ws(n * f, "mlp activation (f32, transient)");
-  transient.attn_out = ws(n * nh * cfg.head_dim(), "attention output (f32, transient)");
-  transient.attn_out_lp = half(n * nh * cfg.head_dim(), "attention output (16-bit, transient)");
-  final_norm = ws(ns * c, "final norm (f32, transient)");
+  g.transient.attn_norm = ws(ns * c, "attention norm (f32, transient)");
+  g.transient.qkv = ws(n * shard.qkv_width(cfg), "qkv (f32, transient)");
+  g.transient.mlp_norm = ws(ns * c, "mlp norm (f32, transient)");
+  g.transient.mlp_act = ws(n * f, "mlp activation (f32, transient)");
+  g.transient.attn_out = ws(n * nh * cfg.head_dim(), "attention output (f32, transient)");
+  g.transient.attn_out_lp = half(n * nh * cfg.head_dim(), "attention output (16-bit, transient)");
+  g.final_norm = ws(ns * c, "final norm (f32, transient)");
+}
+
+template <class A>
+LayerActivations recompute_buffers(const ModelConfig& cfg, const ModelShard& shard, Recompute mode,
+                                   A& arena, int64_t batch, int64_t seq_len, DType precision) {
+  LayerActivations l;
+  if (mode == Recompute::full)
+    return layer_buffers(cfg, shard, Recompute::none, arena, MemCategory::workspace, batch, seq_len,
+                         precision);
+  if (mode == Recompute::selective && !cfg.flash_attention()) {
+    const int64_t rows = batch * seq_len, heads = shard.heads(cfg);
+    l.probs = arena.template alloc<float>(MemCategory::workspace, batch * heads * seq_len * seq_len,
+                                          "recomputed attention probabilities");
+    l.attn_out = arena.template alloc<float>(MemCategory::workspace, rows * heads * cfg.head_dim(),
+                                             "recomputed attention output");
+  }
+  return l;
+}
+
+}  // namespace
+
+LayerActivations allocate_layer(const ModelConfig& cfg, const ModelShard& shard, Recompute mode,
+                                Arena& arena, MemCategory category, int64_t batch, int64_t seq_len,
+                                DType precision) {
+  return layer_buffers(cfg, shard, mode, arena, category, batch, seq_len, precision);
+}
+
+LayerActivations allocate_recompute_buffers(const ModelConfig& cfg, const ModelShard& shard,
+                                            Recompute mode, Arena& arena, int64_t batch,
+                                            int64_t seq_len, DType precision) {
+  return recompute_buffers(cfg, shard, mode, arena, batch, seq_len, precision);
+}
+
+ActivationStore::ActivationStore(const ModelConfig& cfg, const ModelShard& shard, LayerRange range,
+                                 bool embedding, bool head, Arena& arena, int64_t batch,
+                                 int64_t seq_len, const RecomputePolicy& recompute, DType precision)
+    : b(batch), t(seq_len) {
+  store_input_buffers(*this, cfg, shard, embedding, arena, batch, seq_len);
+  for (int64_t local = 0; local < range.size(); ++local)
+    layers.push_back(layer_buffers(cfg, shard, recompute.for_layer(local), arena,
+                                   MemCategory::activations, batch, seq_len, precision));
+  if (head) store_head_buffers(*this, cfg, shard, arena, batch, seq_len, precision);
+}
+
+GradScratch::GradScratch(const ModelConfig& cfg, const ModelShard& shard, Arena& arena,
+                         int64_t batch, int64_t seq_len, DType precision) {
+  scratch_buffers(*this, cfg, shard, arena, batch, seq_len, precision, 0);
+}
+
+// ---- the same buffers, counted --------------------------------------------------------------
+
+MemBytes layer_bytes(const ModelConfig& cfg, const ModelShard& shard, Recompute mode,
+                     MemCategory category, int64_t batch, int64_t seq_len, DType precision) {
+  MemCounter counter;
+  layer_buffers(cfg, shard, mode, counter, category, batch, seq_len, precision);
+  return counter.bytes();
+}
+
+MemBytes activation_store_bytes(const ModelConfig& cfg, const ModelShard& shard, LayerRange range,
+                                bool embedding, bool head, int64_t batch, int64_t seq_len,
+                                const RecomputePolicy& recompute, DType precision) {
+  MemCounter counter;
+  ActivationStore store;
+  store_input_buffers(store, cfg, shard, embedding, counter, batch, seq_len);
+  if (head) store_head_buffers(store, cfg, shard, counter, batch, seq_len, precision);
+  MemBytes out = counter.bytes();
+  // Layers in the same mode take the same bytes: count each mode once (O(1) in the layers).
+  std::array<int64_t, 3> layers_in_mode{};
+  for (int64_t local = 0; local < range.size(); ++local)
+    ++layers_in_mode[static_cast<int>(recompute.for_layer(local))];
+  for (Recompute mode : {Recompute::none, Recompute::selective, Recompute::full}) {
+    const int64_t count = layers_in_mode[static_cast<int>(mode)];
+    if (count == 0) continue;
+    const MemBytes one =
+        layer_bytes(cfg, shard, mode, MemCategory::activations, batch, seq_len, precision);
+    for (int c = 0; c < kNumMemCategories; ++c) out[c] += count * one[c];
+  }
+  return out;
+}
+
+MemBytes grad_scratch_bytes(const ModelConfig& cfg, const ModelShard& shard, int64_t batch,
+                            int64_t seq_len, DType precision, int threads) {
+  MemCounter counter;
+  GradScratch g;
+  scratch_buffers(g, cfg, shard, counter, batch, seq_len, precision, threads);
+  return counter.bytes();
+}
+
+MemBytes recompute_buffer_bytes(const ModelConfig& cfg, const ModelShard& shard, Recompute mode,
+                                int64_t batch, int64_t seq_len, DType precision) {
+  MemCounter counter;
+  recompute_buffers(cfg, shard, mode, counter, batch, seq_len, precision);
+  return counter.bytes();
 }
 
 }  // namespace strata

@@ -66,7 +66,15 @@ LayerActivations allocate_layer(const ModelConfig& cfg, const ModelShard& shard,
                                 Arena& arena, MemCategory category, int64_t batch, int64_t seq_len,
                                 DType precision = DType::f32);
 
+// The Decoder's buffers shared by every recomputed layer (workspace): a whole layer's worth
+// under full recomputation, the attention probabilities and output under selective (naive
+// attention); nothing otherwise.
+LayerActivations allocate_recompute_buffers(const ModelConfig& cfg, const ModelShard& shard,
+                                            Recompute mode, Arena& arena, int64_t batch,
+                                            int64_t seq_len, DType precision = DType::f32);
+
 struct ActivationStore {
+  ActivationStore() = default;  // holds nothing (planning)
   // The activations of one micro-batch through `layers` of the model; `embedding` and `head` say
   // whether this chunk also runs the embedding (first) and the final norm, head and loss (last).
   ActivationStore(const ModelConfig& cfg, const ModelShard& shard, LayerRange layers,
@@ -119,5 +127,21 @@ struct GradScratch {
   LayerActivations transient;
   float* final_norm = nullptr;
 };
+
+// Bytes per arena category that the allocations above make, counted without allocating (the
+// planner, plan/memory_model.cc): the allocation code itself runs against a MemCounter.
+MemBytes layer_bytes(const ModelConfig& cfg, const ModelShard& shard, Recompute mode,
+                     MemCategory category, int64_t batch, int64_t seq_len,
+                     DType precision = DType::f32);
+MemBytes activation_store_bytes(const ModelConfig& cfg, const ModelShard& shard, LayerRange range,
+                                bool embedding, bool head, int64_t batch, int64_t seq_len,
+                                const RecomputePolicy& recompute = {},
+                                DType precision = DType::f32);
+// `threads`: the OpenMP threads backward will run on (0: omp_get_max_threads()), which sizes the
+// attention kernels' per-thread scratch.
+MemBytes grad_scratch_bytes(const ModelConfig& cfg, const ModelShard& shard, int64_t batch,
+                            int64_t seq_len, DType precision = DType::f32, int threads = 0);
+MemBytes recompute_buffer_bytes(const ModelConfig& cfg, const ModelShard& shard, Recompute mode,
+                                int64_t batch, int64_t seq_len, DType precision = DType::f32);
 
 }  // namespace strata

@@ -162,15 +162,11 @@ Decoder::Decoder(const ModelConfig& config, Arena& arena, int64_t batch, int64_t
     // the gathered group into one transient group-sized slot instead of keeping 2 bytes per
     // parameter of the whole model.
     lowp_single_slot_ = params_.data() == nullptr;
-    int64_t slot = params_.size();
-    if (lowp_single_slot_) {
-      slot = 0;
-      for (int g = 0; g < params_.num_groups(); ++g) slot = std::max(slot, params_.group_size(g));
-    }
-    lowp_params_ =
-        arena.alloc<uint16_t>(MemCategory::params, slot,
-                              lowp_single_slot_ ? "parameters (16-bit copy of the gathered group)"
-                                                : "parameters (16-bit working copy)");
+    lowp_params_ = arena.alloc<uint16_t>(
+        MemCategory::params,
+        lowp_weight_elements(!lowp_single_slot_, params_.size(), params_.group_sizes()),
+        lowp_single_slot_ ? "parameters (16-bit copy of the gathered group)"
+                          : "parameters (16-bit working copy)");
     const size_t entries = lowp_single_slot_ ? 1 : static_cast<size_t>(params_.num_groups());
     lowp_version_.assign(entries, -1);
     lowp_source_.assign(entries, nullptr);
@@ -185,17 +181,8 @@ Decoder::Decoder(const ModelConfig& config, Arena& arena, int64_t batch, int64_t
   }
   scratch_ = GradScratch(config_, shard_, arena, batch, seq_len, precision_);
   recompute_ = o.recompute;
-  if (recompute_.mode == Recompute::full) {
-    recompute_buffers_ = allocate_layer(config_, shard_, Recompute::none, arena,
-                                        MemCategory::workspace, batch, seq_len, precision_);
-  } else if (recompute_.mode == Recompute::selective && !config_.flash_attention()) {
-    const int64_t rows = batch * seq_len, heads = shard_.heads(config_);
-    recompute_buffers_.probs =
-        arena.alloc<float>(MemCategory::workspace, batch * heads * seq_len * seq_len,
-                           "recomputed attention probabilities");
-    recompute_buffers_.attn_out = arena.alloc<float>(
-        MemCategory::workspace, rows * heads * config_.head_dim(), "recomputed attention output");
-  }
+  recompute_buffers_ = allocate_recompute_buffers(config_, shard_, recompute_.mode, arena, batch,
+                                                  seq_len, precision_);
 }
 
 Decoder::Decoder(const ModelConfig& config, Arena& arena, int64_t batch, int64_t seq_len, int slots,

@@ -8,6 +8,7 @@
 // pipeline parallelism gives the rank some chunks of layers, run one at a time through the chunk
 // API below by a pipeline executor. One process is the shard that holds everything.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -55,6 +56,17 @@ ModelParamIndex register_model_params(const ModelConfig& config, const ModelShar
 // rank holding a slice initialises exactly the values one process has there.
 void init_param_elements(const ModelConfig& config, const ParamInfo& info, uint64_t seed,
                          int64_t begin, int64_t count, float* out);
+
+// Elements of the 16-bit working copy of the weights (mixed precision): the whole flat layout
+// when the parameters are resident, one group's worth (the largest) when a strategy gathers each
+// group on use (ZeRO-3).
+inline int64_t lowp_weight_elements(bool resident_params, int64_t flat_size,
+                                    const std::vector<int64_t>& group_sizes) {
+  if (resident_params) return flat_size;
+  int64_t largest = 0;
+  for (int64_t g : group_sizes) largest = std::max(largest, g);
+  return largest;
+}
 
 struct DecoderOptions {
   int slots = 1;                 // activation slots (micro-batches in flight) per chunk

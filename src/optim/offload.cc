@@ -45,6 +45,17 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 
 }  // namespace
 
+OffloadedAdamW::Buffering OffloadedAdamW::buffering(int64_t state_size,
+                                                    const OffloadOptions& options) {
+  // A chunk larger than the state, or more buffers than chunks, would only waste memory.
+  Buffering b;
+  b.chunk_elements = std::max<int64_t>(1, std::min(options.chunk_elements, state_size));
+  b.num_chunks = (state_size + b.chunk_elements - 1) / b.chunk_elements;
+  b.buffers =
+      static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(options.buffers, b.num_chunks)));
+  return b;
+}
+
 OffloadedAdamW::OffloadedAdamW(std::vector<OptimSegment> segments, int64_t state_size, Arena& arena,
                                const OptimConfig& config, const OffloadOptions& options)
     : segments_(std::move(segments)), state_size_(state_size), config_(config), dir_(options.dir) {
@@ -75,11 +86,10 @@ OffloadedAdamW::OffloadedAdamW(std::vector<OptimSegment> segments, int64_t state
     previous_end = std::max(previous_end, s.state_offset + s.count);
   }
 
-  // A chunk larger than the state, or more buffers than chunks, would only waste memory.
-  chunk_elements_ = std::max<int64_t>(1, std::min(options.chunk_elements, state_size_));
-  num_chunks_ = (state_size_ + chunk_elements_ - 1) / chunk_elements_;
-  buffers_ =
-      static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(options.buffers, num_chunks_)));
+  const Buffering buffering_plan = buffering(state_size_, options);
+  chunk_elements_ = buffering_plan.chunk_elements;
+  num_chunks_ = buffering_plan.num_chunks;
+  buffers_ = buffering_plan.buffers;
   const int64_t buffer_elements = chunk_elements_ * buffers_;
   master_buf_ = arena.alloc<float>(MemCategory::master, buffer_elements, "offload master chunks");
   m_buf_ = arena.alloc<float>(MemCategory::optimizer, buffer_elements, "offload exp_avg chunks");

@@ -42,6 +42,14 @@ class OffloadedAdamW {
   OffloadedAdamW(std::vector<OptimSegment> segments, int64_t state_size, Arena& arena,
                  const OptimConfig& config, const OffloadOptions& options);
   ~OffloadedAdamW();  // joins the I/O thread
+  // Chunk elements and buffers the constructor uses for a state of state_size elements (a chunk
+  // larger than the state, or more buffers than chunks, would only waste memory). Each of the
+  // three arrays (master, exp_avg, exp_avg_sq) holds chunk_elements * buffers floats.
+  struct Buffering {
+    int64_t chunk_elements = 1, num_chunks = 0;
+    int buffers = 1;
+  };
+  static Buffering buffering(int64_t state_size, const OffloadOptions& options);
   OffloadedAdamW(const OffloadedAdamW&) = delete;
   OffloadedAdamW& operator=(const OffloadedAdamW&) = delete;
 

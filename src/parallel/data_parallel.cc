@@ -23,31 +23,105 @@ DataParallel::DataParallel(Comm& dp, const DataParallelOptions& options)
                "parallel.grad_reduce_dtype: gradients reduce in f32 or bf16");
 }
 
-void DataParallel::plan(ParamStore& params) {
+std::vector<DataParallel::BucketShape> DataParallel::plan_buckets(
+    const std::vector<int64_t>& group_sizes, int64_t bucket_elements, int dp) {
   // Buckets of whole groups in layout order (descending group index), each at least
   // bucket_elements unless it is the last; padding makes each a multiple of the dp size.
-  const std::vector<int64_t> sizes = params.group_sizes();
-  const int groups = static_cast<int>(sizes.size());
-  bucket_of_group_.assign(static_cast<size_t>(groups), -1);
-  buckets_.clear();
-  Bucket current;
-  int64_t unpadded = 0;
+  std::vector<BucketShape> out;
+  BucketShape current;
+  bool open = false;
   auto close = [&] {
-    current.padded = (unpadded + size_ - 1) / size_ * size_;
-    params.set_group_padding(current.groups.back(), current.padded - unpadded);
-    buckets_.push_back(current);
-    current = Bucket();
-    unpadded = 0;
+    current.padded = (current.unpadded + dp - 1) / dp * dp;
+    out.push_back(current);
+    current = BucketShape();
+    open = false;
   };
-  for (int g = groups - 1; g >= 0; --g) {
-    if (sizes[g] == 0) continue;  // a group another pipeline stage holds
-    current.groups.push_back(g);
-    bucket_of_group_[g] = static_cast<int>(buckets_.size());
-    unpadded += sizes[g];
-    if (unpadded >= opt_.bucket_elements) close();
+  for (int g = static_cast<int>(group_sizes.size()) - 1; g >= 0; --g) {
+    if (group_sizes[g] == 0) continue;  // a group another pipeline stage holds
+    if (!open) current.first_group = g;
+    open = true;
+    current.last_group = g;
+    current.unpadded += group_sizes[g];
+    if (current.unpadded >= bucket_elements) close();
   }
-  if (!current.groups.empty()) close();
+  if (open) close();
+  return out;
+}
+
+DataParallel::Sizes DataParallel::sizes(const std::vector<int64_t>& group_sizes,
+                                        int64_t bucket_elements, int dp) {
+  Sizes s;
+  for (const BucketShape& b : plan_buckets(group_sizes, bucket_elements, dp)) {
+    s.flat += b.padded;
+    s.shard += b.padded / dp;
+    s.max_padded = std::max(s.max_padded, b.padded);
+    ++s.buckets;
+  }
+  return s;
+}
+
+void DataParallel::plan(ParamStore& params) {
+  const std::vector<int64_t> sizes = params.group_sizes();
+  bucket_of_group_.assign(sizes.size(), -1);
+  buckets_.clear();
+  for (const BucketShape& shape : plan_buckets(sizes, opt_.bucket_elements, size_)) {
+    Bucket b;
+    for (int g = shape.first_group; g >= shape.last_group; --g) {
+      if (sizes[g] == 0) continue;
+      b.groups.push_back(g);
+      bucket_of_group_[g] = static_cast<int>(buckets_.size());
+    }
+    b.padded = shape.padded;
+    params.set_group_padding(shape.last_group, shape.padded - shape.unpadded);
+    buckets_.push_back(b);
+  }
   params.set_residency(/*params=*/opt_.zero < 3, /*grads=*/opt_.zero < 2);
+}
+
+namespace {
+// setup()'s buffers, against the Arena or a MemCounter (DataParallel::setup_bytes).
+template <class A, class GradSlots, class ParamSlots>
+void stage_buffers(A& arena, const DataParallelOptions& o, int dp, int64_t flat, int64_t shard,
+                   int64_t max_padded, uint16_t*& reduce_lp, float*& shard_grads,
+                   GradSlots& grad_slots, float*& shard_params, ParamSlots& param_slots) {
+  const bool bf16 = o.reduce_dtype == DType::bf16;
+  if (bf16 && o.zero < 2)
+    reduce_lp = arena.template alloc<uint16_t>(MemCategory::comm, flat, "gradients in bf16");
+  if (o.zero >= 2) {
+    shard_grads = arena.template alloc<float>(MemCategory::grads, shard, "gradient shard");
+    grad_slots.resize(kGradSlots);
+    for (auto& s : grad_slots) {
+      s.data =
+          arena.template alloc<float>(MemCategory::comm, max_padded, "gradient bucket staging");
+      s.reduced = arena.template alloc<float>(MemCategory::comm, max_padded / dp + 1,
+                                              "reduced gradient slice");
+      if (bf16) {
+        s.data_lp =
+            arena.template alloc<uint16_t>(MemCategory::comm, max_padded, "bf16 gradient bucket");
+        s.reduced_lp = arena.template alloc<uint16_t>(MemCategory::comm, max_padded / dp + 1,
+                                                      "bf16 reduced gradient slice");
+      }
+    }
+  }
+  if (o.zero >= 3) {
+    shard_params = arena.template alloc<float>(MemCategory::params, shard, "parameter shard");
+    param_slots.resize(kParamSlots);
+    for (auto& s : param_slots)
+      s.data =
+          arena.template alloc<float>(MemCategory::comm, max_padded, "parameter bucket staging");
+  }
+}
+}  // namespace
+
+MemBytes DataParallel::setup_bytes(const DataParallelOptions& options, int dp, const Sizes& s) {
+  MemCounter counter;
+  uint16_t* reduce_lp = nullptr;
+  float *shard_grads = nullptr, *shard_params = nullptr;
+  std::vector<GradSlot> grad_slots;
+  std::vector<ParamSlot> param_slots;
+  stage_buffers(counter, options, dp, s.flat, s.shard, s.max_padded, reduce_lp, shard_grads,
+                grad_slots, shard_params, param_slots);
+  return counter.bytes();
 }
 
 void DataParallel::setup(ParamStore& params, Arena& arena) {
@@ -61,29 +135,8 @@ void DataParallel::setup(ParamStore& params, Arena& arena) {
     max_padded_ = std::max(max_padded_, b.padded);
   }
   shard_size_ = local;
-  const bool bf16 = opt_.reduce_dtype == DType::bf16;
-  if (bf16 && opt_.zero < 2)
-    reduce_lp_ = arena.alloc<uint16_t>(MemCategory::comm, params.size(), "gradients in bf16");
-  if (opt_.zero >= 2) {
-    shard_grads_ = arena.alloc<float>(MemCategory::grads, shard_size_, "gradient shard");
-    grad_slots_.resize(kGradSlots);
-    for (GradSlot& s : grad_slots_) {
-      s.data = arena.alloc<float>(MemCategory::comm, max_padded_, "gradient bucket staging");
-      s.reduced =
-          arena.alloc<float>(MemCategory::comm, max_padded_ / size_ + 1, "reduced gradient slice");
-      if (bf16) {
-        s.data_lp = arena.alloc<uint16_t>(MemCategory::comm, max_padded_, "bf16 gradient bucket");
-        s.reduced_lp = arena.alloc<uint16_t>(MemCategory::comm, max_padded_ / size_ + 1,
-                                             "bf16 reduced gradient slice");
-      }
-    }
-  }
-  if (opt_.zero >= 3) {
-    shard_params_ = arena.alloc<float>(MemCategory::params, shard_size_, "parameter shard");
-    param_slots_.resize(kParamSlots);
-    for (ParamSlot& s : param_slots_)
-      s.data = arena.alloc<float>(MemCategory::comm, max_padded_, "parameter bucket staging");
-  }
+  stage_buffers(arena, opt_, size_, params.size(), shard_size_, max_padded_, reduce_lp_,
+                shard_grads_, grad_slots_, shard_params_, param_slots_);
 }
 
 void DataParallel::init_params(const ModelConfig& config, uint64_t seed) {
@@ -163,8 +216,12 @@ void DataParallel::launch_bucket(int k) {
   } else {
     s.work = comm_.reduce_scatter(s.data, s.reduced, b.slice, DType::f32, ReduceOp::avg);
   }
-  grads_in_flight_.push_back(b.grad_slot);
-  if (!opt_.overlap) retire_grad_slot(b.grad_slot);
+  // The slot stays staged until its reduction is retired; the bucket's next micro-batch gets a
+  // fresh slot (begin_grads), so it never accumulates into memory a reduction is reading.
+  const int slot = b.grad_slot;
+  b.grad_slot = -1;
+  grads_in_flight_.push_back(slot);
+  if (!opt_.overlap) retire_grad_slot(slot);
 }
 
 void DataParallel::retire_grad_slot(int slot) {
@@ -174,7 +231,6 @@ void DataParallel::retire_grad_slot(int slot) {
   if (opt_.reduce_dtype == DType::bf16)
     kernels::from_lowp(DType::bf16, s.reduced, s.reduced_lp, b.slice);
   kernels::add_inplace(shard_grads_ + b.local, s.reduced, b.slice);  // accumulate micro-batches
-  b.grad_slot = -1;
   s.bucket = -1;
   s.work.reset();
   grads_in_flight_.erase(std::find(grads_in_flight_.begin(), grads_in_flight_.end(), slot));

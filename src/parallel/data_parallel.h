@@ -49,6 +49,25 @@ class DataParallel : public GroupHooks {
  public:
   DataParallel(Comm& dp, const DataParallelOptions& options);
 
+  // The buckets plan() cuts: whole groups of `group_sizes` (ParamStore::group_sizes(), laid out
+  // in descending group order; empty groups skipped), each closed once it holds bucket_elements,
+  // padded to a multiple of dp. A bucket is the non-empty groups first_group down to last_group.
+  struct BucketShape {
+    int first_group = 0, last_group = 0;
+    int64_t unpadded = 0, padded = 0;
+  };
+  static std::vector<BucketShape> plan_buckets(const std::vector<int64_t>& group_sizes,
+                                               int64_t bucket_elements, int dp);
+  // What plan() and setup() make of that, without a communicator or an allocation (the planner):
+  // the flat layout with padding (ParamStore::size()), this rank's shard, the largest bucket.
+  struct Sizes {
+    int64_t flat = 0, shard = 0, max_padded = 0;
+    int buckets = 0;
+  };
+  static Sizes sizes(const std::vector<int64_t>& group_sizes, int64_t bucket_elements, int dp);
+  // Bytes per arena category setup() allocates for that layout (shards, staging buffers).
+  static MemBytes setup_bytes(const DataParallelOptions& options, int dp, const Sizes& sizes);
+
   // From the Decoder's plan callback, before allocation: buckets, padding, residency.
   void plan(ParamStore& params);
   // After allocation: shards, staging buffers, bindings.

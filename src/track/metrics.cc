@@ -1,6 +1,9 @@
 #include "track/metrics.h"
 
+#include <filesystem>
+
 #include "core/error.h"
+#include "track/tensorboard.h"
 
 namespace strata {
 
@@ -18,6 +21,29 @@ void JsonlWriter::write(const nlohmann::json& record) {
   const std::string line = record.dump() + "\n";
   std::fwrite(line.data(), 1, line.size(), file_);
   std::fflush(file_);
+}
+
+MetricsSink::MetricsSink(const std::string& run_dir, bool tensorboard)
+    : jsonl_((std::filesystem::path(run_dir) / "metrics.jsonl").string(), /*append=*/true) {
+  if (tensorboard)
+    tensorboard_ = std::make_unique<TensorBoardWriter>(
+        (std::filesystem::path(run_dir) / "tensorboard").string());
+}
+
+MetricsSink::~MetricsSink() = default;
+
+void MetricsSink::write(const nlohmann::json& record) {
+  jsonl_.write(record);
+  if (tensorboard_) {
+    const auto step = record.find("step");
+    tensorboard_->add_json_scalars(
+        record, step != record.end() && step->is_number_integer() ? step->get<int64_t>() : 0);
+    tensorboard_->flush();
+  }
+}
+
+std::string MetricsSink::tensorboard_path() const {
+  return tensorboard_ ? tensorboard_->path() : "";
 }
 
 }  // namespace strata

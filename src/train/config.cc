@@ -133,12 +133,14 @@ const Field kFields[] = {
     STRATA_FIELD(anomaly, spike_action),
     STRATA_FIELD(anomaly, replica_check_every),
     STRATA_FIELD(anomaly, straggler_factor),
+    STRATA_FIELD(track, tensorboard),
 };
 
 #undef STRATA_FIELD
 
-const char* const kSections[] = {"model",  "train",    "optim",  "data", "data.filters", "run",
-                                 "system", "parallel", "sample", "fp16", "fault",        "anomaly"};
+const char* const kSections[] = {"model", "train",   "optim",    "data",   "data.filters",
+                                 "run",   "system",  "parallel", "sample", "fp16",
+                                 "fault", "anomaly", "track"};
 
 const Field* find_field(const std::string& key) {
   for (const Field& f : kFields)

@@ -73,6 +73,12 @@ struct SampleConfig {
   int64_t top_k = 40;
 };
 
+// [track]: where metrics go besides RUN_DIR/metrics.jsonl (which is always written).
+struct TrackConfig {
+  // TensorBoard event files in RUN_DIR/tensorboard (rank 0): every number of each metrics line.
+  bool tensorboard = true;
+};
+
 struct RunConfig {
   ModelConfig model;
   TrainConfig train;
@@ -85,6 +91,7 @@ struct RunConfig {
   LossScalerConfig fp16;  // [fp16]: loss scaling for train.precision = "fp16" (DeepSpeed's keys)
   FaultConfig fault;      // [fault]: injected faults (reliability_config.h)
   AnomalyConfig anomaly;  // [anomaly]: detectors
+  TrackConfig track;      // [track]: metric sinks
 };
 
 // Parses TOML text; `source` names the file in messages. Overrides are "section.key=value" with the

@@ -37,6 +37,34 @@ std::vector<std::string> shards_with_prefix(const std::string& dir, const std::s
 }
 }  // namespace
 
+int64_t micro_batches_per_step(const RunConfig& config) {
+  return config.parallel.micro_batches > 0 ? config.parallel.micro_batches
+                                           : config.train.grad_accum;
+}
+
+DType train_precision(const TrainConfig& train) {
+  return train.precision == "bf16"   ? DType::bf16
+         : train.precision == "fp16" ? DType::f16
+                                     : DType::f32;
+}
+
+RecomputePolicy recompute_policy(const TrainConfig& train) {
+  return {recompute_from_name(train.recompute), train.recompute_layers};
+}
+
+DataParallelOptions data_parallel_options(const ParallelConfig& p) {
+  DataParallelOptions opt;
+  opt.zero = static_cast<int>(p.zero);
+  opt.bucket_elements = std::max<int64_t>(1, static_cast<int64_t>(p.bucket_mb * (1 << 20) / 4));
+  opt.overlap = p.overlap;
+  opt.reduce_dtype = p.grad_reduce_dtype == "bf16" ? DType::bf16 : DType::f32;
+  return opt;
+}
+
+int64_t offload_chunk_elements(const OptimConfig& optim) {
+  return std::max<int64_t>(1024, static_cast<int64_t>(optim.offload_chunk_mb * (1 << 20) / 4));
+}
+
 double measure_gemm_flops() {
   // A training-sized product (about 2 GFLOP, ~10 ms): small ones under-report the peak, and MFU
   // is this rate's fraction, so it must be the best the machine does.
@@ -94,8 +122,7 @@ Trainer::Trainer(RunConfig config, ProcessGroups* groups)
   }
   peak_flops_ = measure_gemm_flops();
   if (is_rank0())
-    metrics_ = std::make_unique<JsonlWriter>((fs::path(config_.run.dir) / "metrics.jsonl").string(),
-                                             /*append=*/true);
+    metrics_ = std::make_unique<MetricsSink>(config_.run.dir, config_.track.tensorboard);
   console_ = std::make_unique<ConsoleProgress>(config_.train.log_every);
   log::info("model: ", family_name(config_.model.family), " ", config_.model.n_layer,
             " layers, d_model ", config_.model.d_model, ", ", model_->params().size(),
@@ -106,12 +133,10 @@ Trainer::Trainer(RunConfig config, ProcessGroups* groups)
 void Trainer::build_model() {
   const TrainConfig& t = config_.train;
   const ParallelConfig& p = config_.parallel;
-  micro_batches_ = p.micro_batches > 0 ? p.micro_batches : t.grad_accum;
+  micro_batches_ = micro_batches_per_step(config_);
   const int64_t tokens = t.batch_size * t.seq_len;
-  const RecomputePolicy recompute{recompute_from_name(t.recompute), t.recompute_layers};
-  const DType precision = t.precision == "bf16"   ? DType::bf16
-                          : t.precision == "fp16" ? DType::f16
-                                                  : DType::f32;
+  const RecomputePolicy recompute = recompute_policy(t);
+  const DType precision = train_precision(t);
   if (precision == DType::f16) scaler_ = std::make_unique<LossScaler>(config_.fp16);
   if (!groups_) {
     DecoderOptions o;
@@ -122,12 +147,7 @@ void Trainer::build_model() {
     make_optimizer(segments_for_all(model_->params()), model_->params().size());
   } else {
     const Layout& layout = groups_->layout();
-    DataParallelOptions opt;
-    opt.zero = static_cast<int>(p.zero);
-    opt.bucket_elements = std::max<int64_t>(1, static_cast<int64_t>(p.bucket_mb * (1 << 20) / 4));
-    opt.overlap = p.overlap;
-    opt.reduce_dtype = p.grad_reduce_dtype == "bf16" ? DType::bf16 : DType::f32;
-    dp_ = std::make_unique<DataParallel>(groups_->dp(), opt);
+    dp_ = std::make_unique<DataParallel>(groups_->dp(), data_parallel_options(p));
     DecoderOptions o;
     o.recompute = recompute;
     o.precision = precision;
@@ -173,8 +193,7 @@ void Trainer::make_optimizer(std::vector<OptimSegment> segments, int64_t state_s
   const fs::path root = config_.optim.offload_dir.empty() ? fs::path(config_.run.dir) / "offload"
                                                           : fs::path(config_.optim.offload_dir);
   o.dir = (root / cat("rank_", rank_)).string();
-  o.chunk_elements =
-      std::max<int64_t>(1024, static_cast<int64_t>(config_.optim.offload_chunk_mb * (1 << 20) / 4));
+  o.chunk_elements = offload_chunk_elements(config_.optim);
   offload_ =
       std::make_unique<OffloadedAdamW>(std::move(segments), state_size, arena_, config_.optim, o);
   offload_->init_from_params();  // the parameters are initialised by now

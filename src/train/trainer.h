@@ -27,6 +27,14 @@
 
 namespace strata {
 
+// How the trainer reads its config when it builds a rank (build_model, make_optimizer), shared
+// with the planner (plan/memory_model.cc) so that both size the same buffers.
+int64_t micro_batches_per_step(const RunConfig& config);  // parallel.micro_batches or grad_accum
+DType train_precision(const TrainConfig& train);          // f32, bf16 or f16
+RecomputePolicy recompute_policy(const TrainConfig& train);
+DataParallelOptions data_parallel_options(const ParallelConfig& parallel);
+int64_t offload_chunk_elements(const OptimConfig& optim);
+
 struct StepResult {
   int64_t step = 0;  // 1-based: the number of optimizer steps completed
   double loss = 0, grad_norm = 0, lr = 0, seconds = 0;
@@ -158,7 +166,8 @@ class Trainer {
   bool spike_injected_ = false;         // fault.spike_step fires once per process
   bool rollback_requested_ = false;     // a loss spike asked to go back to the last checkpoint
   std::vector<int64_t> skip_batch_at_;  // steps whose batch is consumed untrained (rolled back)
-  std::unique_ptr<JsonlWriter> metrics_;
+  // metrics.jsonl and TensorBoard event files (rank 0 only)
+  std::unique_ptr<MetricsSink> metrics_;
   std::unique_ptr<ConsoleProgress> console_;
 };
 

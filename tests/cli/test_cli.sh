@@ -76,5 +76,50 @@ else
 fi
 expect_ok generate "$work/run/ckpt/latest" --prompt "And God" --max-new-tokens 8
 
+# DeepSpeed JSON: the training keys map onto strata's (batch rule, clipping, optimizer, scheduler,
+# logging); an unsupported or unknown key is named and the run does not start.
+cat > "$work/ds.json" <<'JSON'
+{"train_batch_size": 4, "train_micro_batch_size_per_gpu": 2, "gradient_clipping": 0.25,
+ "optimizer": {"type": "AdamW", "params": {"lr": 0.002, "betas": [0.9, 0.99], "weight_decay": 0.01}},
+ "scheduler": {"type": "WarmupLR", "params": {"warmup_max_lr": 0.002, "warmup_num_steps": 0}},
+ "bf16": {"enabled": false}, "zero_optimization": {"stage": 0, "contiguous_gradients": true},
+ "steps_per_print": 1, "wall_clock_breakdown": false}
+JSON
+ds_sets=(--set model.n_layer=1 --set model.d_model=32 --set model.n_head=2 --set model.vocab_size=300
+  --set model.max_seq_len=32 --set train.seq_len=32 --set train.steps=2 --set train.eval_every=0
+  --set train.eval_batches=1 --set data.source=synthetic --set sample.max_new_tokens=0
+  --set run.dir="$work/run_ds")
+expect_ok train "$src/configs/tiny.toml" --deepspeed "$work/ds.json" "${ds_sets[@]}"
+# train_batch_size 4 = micro-batch 2 x accumulation 2 x 1 rank; WarmupLR with no warmup: lr 0.002.
+if python3 - "$work/run_ds" <<'PY'
+import json, sys
+run = sys.argv[1]
+c = json.load(open(run + "/config.json"))
+lines = [json.loads(l) for l in open(run + "/metrics.jsonl")]
+assert (c["train"]["batch_size"], c["train"]["grad_accum"]) == (2, 2), c["train"]
+assert c["optim"]["grad_clip"] == 0.25 and c["optim"]["decay"] == "constant", c["optim"]
+assert c["optim"]["beta2"] == 0.99 and c["optim"]["weight_decay"] == 0.01, c["optim"]
+assert c["train"]["log_every"] == 1 and c["train"]["precision"] == "f32", c["train"]
+assert [l["step"] for l in lines] == [1, 2] and all(abs(l["lr"] - 0.002) < 1e-9 for l in lines)
+PY
+then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAILED: DeepSpeed keys mapped"; fi
+printf '{"train_batch_size": 4, "optimizer": {"type": "Lamb"}, "fooo": 1}\n' > "$work/ds_bad.json"
+expect_fail "optimizer.type: 'Lamb' is not supported" train "$src/configs/tiny.toml" \
+  --deepspeed "$work/ds_bad.json" "${ds_sets[@]}"
+expect_fail "unknown top-level key 'fooo'" train "$src/configs/tiny.toml" \
+  --deepspeed "$work/ds_bad.json" "${ds_sets[@]}"
+printf '{"train_batch_size": 5, "train_micro_batch_size_per_gpu": 2}\n' > "$work/ds_batch.json"
+expect_fail "train_batch_size 5 is not a multiple" train "$src/configs/tiny.toml" \
+  --deepspeed "$work/ds_batch.json" "${ds_sets[@]}"
+# strata launch passes --deepspeed on to the ranks (and checks the file once, before starting).
+if "$strata" launch -n 2 --dry-run -- "$src/configs/tiny.toml" --deepspeed "$work/ds.json" \
+  "${ds_sets[@]}" 2>&1 | grep -q -- "--deepspeed"; then
+  passed=$((passed + 1))
+else
+  failed=$((failed + 1)); echo "FAILED: strata launch forwards --deepspeed"
+fi
+expect_fail "optimizer.type" launch -n 2 --dry-run -- "$src/configs/tiny.toml" \
+  --deepspeed "$work/ds_bad.json" "${ds_sets[@]}"
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

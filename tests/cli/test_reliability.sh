@@ -120,6 +120,8 @@ echo "-- out of memory"
 check "oom run failed" test $? -ne 0
 out=$("$strata" diagnose "$work/oom")
 check "diagnose: oom with its category" contains "$out" "\[oom\] out of memory in category '"
+check "diagnose: the planner names the overflow" contains "$out" "does not fit: a rank (pipeline stage 0) needs"
+check "diagnose: the planner's smallest footprint" contains "$out" "no layout on 1 ranks fits"
 
 # 7. A corrupted checkpoint.
 echo "-- checkpoint of step 4 corrupted after its commit"

@@ -110,9 +110,9 @@ void attention_forward(float* out, float* probs, const float* qkv, int64_t b, in
 }
 
 int64_t attention_backward_scratch(int64_t /*b*/, int64_t t, int64_t /*nh*/, int64_t /*nkv*/,
-                                   int64_t hd) {
+                                   int64_t hd, int threads) {
   // Per thread: the t x t score gradients of one head and two kBlock x hd panels.
-  return int64_t(omp_get_max_threads()) * (t * t + 2 * kBlock * hd);
+  return int64_t(threads > 0 ? threads : omp_get_max_threads()) * (t * t + 2 * kBlock * hd);
 }
 
 namespace {

@@ -235,8 +235,8 @@ void store_rows(float* dst, int64_t ld, const float* tile, int64_t m, int64_t hd
 }  // namespace
 
 int64_t flash_attention_backward_scratch(int64_t /*b*/, int64_t /*t*/, int64_t /*nh*/,
-                                         int64_t /*nkv*/, int64_t hd) {
-  return int64_t(omp_get_max_threads()) * per_thread_scratch(hd);
+                                         int64_t /*nkv*/, int64_t hd, int threads) {
+  return int64_t(threads > 0 ? threads : omp_get_max_threads()) * per_thread_scratch(hd);
 }
 
 void flash_attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,

@@ -16,8 +16,9 @@ void flash_attention_forward(float* out, float* lse, const float* qkv, int64_t b
                              int64_t nh, int64_t nkv, int64_t hd);
 
 // Floats of scratch flash_attention_backward needs: per-thread tiles only, O(threads * block *
-// hd) and independent of t.
-int64_t flash_attention_backward_scratch(int64_t b, int64_t t, int64_t nh, int64_t nkv, int64_t hd);
+// hd) and independent of t. `threads`: the OpenMP threads it will run on (0: omp_get_max_threads).
+int64_t flash_attention_backward_scratch(int64_t b, int64_t t, int64_t nh, int64_t nkv, int64_t hd,
+                                         int threads = 0);
 
 // dqkv[b*t, (nh + 2*nkv)*hd] overwritten (q, k and v parts) from dout[b*t, nh*hd], given the
 // forward's out and lse. Scores are recomputed tile by tile (P = exp(S / sqrt(hd) - lse)).
@@ -32,7 +33,7 @@ void flash_attention_backward(float* dqkv, float* scratch, const float* dout, co
 void flash_attention_forward_bf16(float* out, float* lse, const uint16_t* qkv16, int64_t b,
                                   int64_t t, int64_t nh, int64_t nkv, int64_t hd);
 int64_t flash_attention_backward_bf16_scratch(int64_t b, int64_t t, int64_t nh, int64_t nkv,
-                                              int64_t hd);
+                                              int64_t hd, int threads = 0);
 void flash_attention_backward_bf16(float* dqkv, float* scratch, const float* dout,
                                    const uint16_t* qkv16, const float* out, const float* lse,
                                    int64_t b, int64_t t, int64_t nh, int64_t nkv, int64_t hd);

@@ -109,8 +109,10 @@ void rope_backward(float* dqkv, int64_t b, int64_t t, int64_t nh, int64_t nkv, i
 // (entries above the diagonal are zero).
 void attention_forward(float* out, float* probs, const float* qkv, int64_t b, int64_t t, int64_t nh,
                        int64_t nkv, int64_t hd);
-// Floats of scratch that attention_backward needs (it may use it per thread).
-int64_t attention_backward_scratch(int64_t b, int64_t t, int64_t nh, int64_t nkv, int64_t hd);
+// Floats of scratch that attention_backward needs (it may use it per thread); `threads`: the
+// OpenMP threads it will run on (0: omp_get_max_threads()).
+int64_t attention_backward_scratch(int64_t b, int64_t t, int64_t nh, int64_t nkv, int64_t hd,
+                                   int threads = 0);
 // dqkv[b*t, (nh+2nkv)*hd] overwritten (q, k and v parts) from dout[b*t, nh*hd].
 void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
                         const float* probs, int64_t b, int64_t t, int64_t nh, int64_t nkv,

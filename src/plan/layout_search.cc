@@ -1,0 +1,181 @@
+#include "plan/layout_search.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "core/clock.h"
+#include "core/error.h"
+#include "model/shard.h"
+#include "parallel/pipeline_schedule.h"
+
+namespace strata {
+
+namespace {
+
+std::vector<int64_t> powers_of_two_up_to(int64_t limit) {
+  std::vector<int64_t> out;
+  for (int64_t v = 1; v <= limit; v *= 2) out.push_back(v);
+  return out;
+}
+
+// The micro-batches of a step: parallel.micro_batches, or train.grad_accum.
+int64_t micro_batches(const RunConfig& c) {
+  return c.parallel.micro_batches > 0 ? c.parallel.micro_batches : c.train.grad_accum;
+}
+
+// Whether the engine can split the model this way (model/shard.cc's and the schedule's rules,
+// checked without exceptions: the search builds thousands of candidates).
+bool splits(const ModelConfig& m, int64_t tp, int64_t pp, int64_t vpp, bool sp, int64_t rows) {
+  const int64_t kv = m.kv_heads();
+  if (m.n_head % tp != 0 || (kv % tp != 0 && tp % kv != 0)) return false;
+  if (m.d_ff % tp != 0 || m.vocab_size % tp != 0) return false;
+  if (sp && rows % tp != 0) return false;
+  return pp * vpp <= m.n_layer;
+}
+
+bool better(const PlannedLayout& a, const PlannedLayout& b) {
+  if (a.step.tokens_per_s != b.step.tokens_per_s) return a.step.tokens_per_s > b.step.tokens_per_s;
+  return a.memory.total < b.memory.total;
+}
+
+}  // namespace
+
+std::string PlannedLayout::describe() const {
+  const ParallelConfig& p = config.parallel;
+  const int64_t dp = world / (p.tp * p.pp);
+  std::string s = cat("tp ", p.tp, " pp ", p.pp, " dp ", dp);
+  if (p.vpp > 1) s += cat(" vpp ", p.vpp);
+  if (p.sp) s += " sp";
+  s += cat(" zero ", p.zero, ", micro-batch ", config.train.batch_size, " x ",
+           micro_batches(config), ", recompute ", config.train.recompute);
+  if (config.optim.offload != "none") s += cat(", offload ", config.optim.offload);
+  return s;
+}
+
+int64_t config_global_batch(const RunConfig& c, int64_t world) {
+  const int64_t dp = c.parallel.dp > 0 ? c.parallel.dp : world / (c.parallel.tp * c.parallel.pp);
+  return c.train.batch_size * micro_batches(c) * dp;
+}
+
+int64_t rank_capacity(const RunConfig& config, const ClusterProfile* cluster) {
+  if (config.system.memory_limit_mb > 0) return config.system.memory_limit_mb << 20;
+  if (cluster != nullptr && cluster->device.memory_bytes > 0) return cluster->device.memory_bytes;
+  return std::numeric_limits<int64_t>::max();
+}
+
+PlannedLayout evaluate_layout(const RunConfig& config, int64_t world, const ClusterProfile* cluster,
+                              int64_t capacity) {
+  PlannedLayout l;
+  l.config = config;
+  l.world = world;
+  l.memory = estimate_memory(config, world);
+  if (cluster != nullptr) l.step = estimate_step(config, world, *cluster);
+  l.capacity = capacity > 0 ? capacity : rank_capacity(config, cluster);
+  return l;
+}
+
+SearchResult search_layouts(const RunConfig& base, const ClusterProfile& cluster,
+                            const SearchOptions& options) {
+  const Clock::time_point start = Clock::now();
+  STRATA_CHECK(options.gpus >= 1, "strata plan: --gpus must be at least 1, got ", options.gpus);
+  const int64_t gpus = options.gpus;
+  SearchResult result;
+  result.global_batch =
+      options.global_batch > 0 ? options.global_batch : config_global_batch(base, gpus);
+  const int64_t capacity = options.capacity > 0 ? options.capacity : rank_capacity(base, &cluster);
+  const ModelConfig& m = base.model;
+  const int64_t seq = base.train.seq_len;
+  // Tensor parallelism stays inside a node (its collectives run every layer).
+  const int64_t max_tp = std::max<int64_t>(1, std::min(cluster.gpus_per_node, m.n_head));
+  // Selective recomputation drops only the T x T probabilities, which flash attention never keeps.
+  std::vector<std::string> recompute_modes = {"none", "full"};
+  if (!m.flash_attention()) recompute_modes.insert(recompute_modes.begin() + 1, "selective");
+
+  MemoryModelOptions quiet;
+  quiet.explain = false;  // the arithmetic is written again for the layouts kept
+  std::vector<PlannedLayout> fitting, closest;
+  for (int64_t tp : powers_of_two_up_to(max_tp)) {
+    for (int64_t pp = 1; pp <= std::min(m.n_layer, gpus / tp); ++pp) {
+      if (gpus % (tp * pp) != 0) continue;
+      const int64_t dp = gpus / (tp * pp);
+      if (result.global_batch % dp != 0) continue;
+      const int64_t per_replica = result.global_batch / dp;  // sequences per pipeline per step
+      for (int64_t vpp : powers_of_two_up_to(pp > 1 ? m.n_layer / pp : 1)) {
+        for (int sp = 0; sp <= (tp > 1 ? 1 : 0); ++sp) {
+          for (int64_t mb : powers_of_two_up_to(per_replica)) {
+            if (per_replica % mb != 0) continue;
+            const int64_t micro = per_replica / mb;
+            if (pp > 1 && micro < pp) continue;        // a pipeline needs a micro-batch per stage
+            if (vpp > 1 && micro % pp != 0) continue;  // interleaved runs groups of pp
+            if (!splits(m, tp, pp, vpp, sp != 0, mb * seq)) continue;
+            for (int64_t zero = 0; zero <= (pp > 1 ? 1 : 3); ++zero) {
+              if (dp == 1 && zero > 0) continue;  // nothing to shard over
+              for (const std::string& recompute : recompute_modes) {
+                RunConfig c = base;
+                ParallelConfig& p = c.parallel;
+                p.tp = tp;
+                p.pp = pp;
+                p.dp = dp;
+                p.vpp = vpp;
+                p.sp = sp != 0;
+                p.zero = zero;
+                p.schedule = vpp > 1 ? "interleaved" : "1f1b";
+                p.micro_batches = 0;
+                p.stage_layers.clear();
+                c.train.batch_size = mb;
+                c.train.grad_accum = micro;
+                c.train.recompute = recompute;
+                c.train.recompute_layers = 0;
+                ++result.enumerated;
+                PlannedLayout l;
+                l.world = gpus;
+                l.capacity = capacity;
+                l.memory = estimate_memory(c, gpus, quiet);
+                if (l.memory.total > capacity) {
+                  // Kept for the report only when nothing fits: the smallest footprints.
+                  if (fitting.empty()) {
+                    l.config = std::move(c);
+                    closest.push_back(std::move(l));
+                    if (closest.size() > 4 * static_cast<size_t>(options.top)) {
+                      std::sort(closest.begin(), closest.end(), [](const auto& a, const auto& b) {
+                        return a.memory.total < b.memory.total;
+                      });
+                      closest.resize(options.top);
+                    }
+                  }
+                  continue;
+                }
+                l.step = estimate_step(c, gpus, cluster, /*explain=*/false);
+                l.config = std::move(c);
+                ++result.fitting;
+                fitting.push_back(std::move(l));
+                if (fitting.size() > 4 * static_cast<size_t>(options.top)) {
+                  std::sort(fitting.begin(), fitting.end(), better);
+                  fitting.resize(options.top);
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  std::sort(fitting.begin(), fitting.end(), better);
+  if (fitting.size() > static_cast<size_t>(options.top)) fitting.resize(options.top);
+  for (PlannedLayout& l : fitting) {
+    l.memory = estimate_memory(l.config, gpus);
+    l.step = estimate_step(l.config, gpus, cluster);
+  }
+  result.ranked = std::move(fitting);
+  if (result.ranked.empty()) {
+    std::sort(closest.begin(), closest.end(),
+              [](const auto& a, const auto& b) { return a.memory.total < b.memory.total; });
+    if (closest.size() > static_cast<size_t>(options.top)) closest.resize(options.top);
+    for (PlannedLayout& l : closest) l.memory = estimate_memory(l.config, gpus);
+    result.closest = std::move(closest);
+  }
+  result.seconds = seconds_since(start);
+  return result;
+}
+
+}  // namespace strata

@@ -1,0 +1,52 @@
+// Memory model: the bytes one rank's arena will hold for a config, per category, before launch.
+// It follows what strata allocates (model/activations.cc, model/params.cc, parallel/*.cc,
+// optim/*.cc, train/trainer.cc), not a textbook formula, so that on this machine it predicts the
+// arena totals that a run reports in metrics.jsonl ("mem"); docs/PLANNER.md shows the validation.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/arena.h"
+#include "train/config.h"
+
+namespace strata {
+
+struct MemoryEstimate {
+  std::array<int64_t, kNumMemCategories> bytes{};  // per arena category (MemCategory order)
+  int64_t total = 0;                               // their sum: the rank's arena peak
+  int pp_rank = 0;                                 // the pipeline rank this estimate is for
+  int64_t activation_bytes_per_layer = 0;          // what one layer keeps for one micro-batch
+  int64_t micro_batches_in_flight = 0;             // activation sets the schedule holds at once
+  std::vector<std::string> explain;                // the arithmetic, one line per category
+  int64_t category(MemCategory c) const { return bytes[static_cast<int>(c)]; }
+};
+
+struct MemoryModelOptions {
+  // How the ranks start. `strata train` on one rank without a launcher, with tp = pp = dp = 1,
+  // runs without MPI and without a data-parallel layer (parallel.zero and grad_reduce_dtype do not
+  // apply); under mpirun, srun or `strata launch` even one rank has process groups. false: assume
+  // the former when world == 1 and the layout is 1x1x1, the latter otherwise.
+  bool under_launcher = false;
+  // OpenMP threads per rank, which size the attention kernels' per-thread backward scratch.
+  // 0: system.threads, or when that is 0 too, omp_get_max_threads() of this process (a rank
+  // started with the same OMP_NUM_THREADS sees the same).
+  int threads = 0;
+  bool explain = true;  // fill MemoryEstimate::explain (the search can skip the strings)
+};
+
+// One rank of pipeline stage `pp_rank` (tp rank 0, dp rank 0) of `config` run on `world` ranks
+// (parallel.dp = 0 is derived from world as the engine does). The config must be validated.
+MemoryEstimate estimate_rank_memory(const RunConfig& config, int64_t world, int pp_rank);
+MemoryEstimate estimate_rank_memory(const RunConfig& config, int64_t world, int pp_rank,
+                                    const MemoryModelOptions& options);
+
+// The rank with the largest total over all pipeline stages (the first such stage on a tie; the
+// first stage usually, but the last one when its logits outweigh the first's micro-batches in
+// flight).
+MemoryEstimate estimate_memory(const RunConfig& config, int64_t world);
+MemoryEstimate estimate_memory(const RunConfig& config, int64_t world,
+                               const MemoryModelOptions& options);
+
+}  // namespace strata

@@ -1,0 +1,31 @@
+// Bytes per element that strata's memory-bound kernels move (reads + writes), as the performance
+// model counts them. calibrate.cc times the same kernels and divides these counts by the time, so
+// a calibrated profile's memory rate and the model's byte counts agree by construction.
+#pragma once
+
+namespace strata::perf {
+
+constexpr double kNormForward = 8;    // per element of [rows, C]: read x, write y
+constexpr double kNormBackward = 20;  // read dy, x; read-modify-write dx (+ dw, db partials)
+constexpr double kResidualAdd = 12;   // y += x: read both, write y
+constexpr double kBiasCopy = 4;       // the bias broadcast into y before the GEMM accumulates
+constexpr double kBiasGrad = 4;       // column sums of dy
+constexpr double kGeluForward = 8;    // per element of [rows, F]
+constexpr double kGeluBackward = 12;
+constexpr double kSwigluForward = 12;  // per output element of [rows, F]: read gate, up; write y
+constexpr double kSwigluBackward = 20;
+constexpr double kRope = 8;              // per rotated element (q and k), each direction
+constexpr double kToLowp = 6;            // f32 -> 16-bit (or back): read 4, write 2
+constexpr double kCrossEntropy = 16;     // per logit, forward + backward (max, sum-exp, dlogits)
+constexpr double kVocabParallelCe = 20;  // the vocab-parallel kernels: one more pass
+constexpr double kEmbeddingForward = 8;  // per element of [rows, C]
+constexpr double kEmbeddingBackward = 12;
+// Naive attention keeps the probabilities: per causal score, written and re-read in forward
+// (scores, softmax in place), read and rewritten as dS in backward.
+constexpr double kAttentionProbsForward = 8;
+constexpr double kAttentionProbsBackward = 16;
+constexpr double kAdamW = 28;    // per parameter: read p, g, m, v; write p, m, v (f32)
+constexpr double kGradNorm = 4;  // per gradient element: one read
+constexpr double kZeroGrads = 4;
+
+}  // namespace strata::perf

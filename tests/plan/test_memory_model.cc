@@ -1,0 +1,332 @@
+// The memory model against the engine: for each config, the real objects of one rank are built
+// in this process (the Trainer itself, or the same objects Trainer::build_model builds, on
+// communicators that only know their rank and size) and the arena's bytes per category must
+// equal the estimate exactly. Multi-rank runs check the same end to end (validate_memory.sh).
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <chrono>
+#include <filesystem>
+
+#include "plan/memory_model.h"
+#include "train/small_run.h"
+#include "train/trainer.h"
+
+namespace strata {
+namespace {
+
+// A communicator that knows its rank and size; building a rank needs no more. Any communication
+// fails the test.
+class ShapeComm final : public Comm {
+ public:
+  ShapeComm(int rank, int size, std::string name) : rank_(rank), size_(size), name_(name) {}
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const std::string& name() const override { return name_; }
+  int world_rank_of(int group_rank) const override { return group_rank; }
+  WorkHandle all_reduce(void*, int64_t, DType, ReduceOp) override { return none(); }
+  WorkHandle reduce_scatter(const void*, void*, int64_t, DType, ReduceOp) override {
+    return none();
+  }
+  WorkHandle all_gather(const void*, void*, int64_t, DType) override { return none(); }
+  WorkHandle broadcast(void*, int64_t, DType, int) override { return none(); }
+  WorkHandle send(const void*, int64_t, DType, int, int) override { return none(); }
+  WorkHandle recv(void*, int64_t, DType, int, int) override { return none(); }
+  void barrier() override { none(); }
+  void set_step(int64_t) override {}
+  void set_timeout(double) override {}
+  CommStats stats() const override { return {}; }
+  void reset_stats() override {}
+
+ private:
+  WorkHandle none() const {
+    ADD_FAILURE() << "ShapeComm " << name_ << ": no communication while building a rank";
+    return nullptr;
+  }
+  int rank_, size_;
+  std::string name_;
+};
+
+// One rank (tp rank 0, dp rank 0) of pipeline stage pp_rank, built as Trainer::build_model builds
+// it under process groups. ModelParallel needs real process groups, so its buffers are added from
+// the ParamStore's slices here, the way its constructor sizes them.
+MemBytes build_rank(const RunConfig& config, int world, int pp_rank, const std::string& dir) {
+  const TrainConfig& t = config.train;
+  const ParallelConfig& p = config.parallel;
+  const int tp = static_cast<int>(p.tp), pp = static_cast<int>(p.pp);
+  const int dp = world / (tp * pp);
+  const int64_t m = micro_batches_per_step(config), tokens = t.batch_size * t.seq_len;
+  ShapeComm dp_comm(0, dp, "dp"), tp_comm(0, tp, "tp"), pp_comm(pp_rank, pp, "pp");
+  Arena arena;
+  DataParallel data_parallel(dp_comm, data_parallel_options(p));
+  DecoderOptions o;
+  o.recompute = recompute_policy(t);
+  o.precision = train_precision(t);
+  o.plan = [&](ParamStore& params) { data_parallel.plan(params); };
+  const ShardSpec spec{tp, pp, static_cast<int>(p.vpp), p.sp, tokens, p.stage_layers};
+  std::vector<PipelineAction> actions;
+  if (tp > 1 || pp > 1) {
+    ModelConfig mc = config.model;
+    mc.finalize();
+    o.shard = spec.for_rank(mc, 0, pp_rank);
+    o.tp = tp > 1 ? &tp_comm : nullptr;
+    if (pp > 1) {
+      actions = make_schedule(parse_schedule_kind(p.schedule), pp, static_cast<int>(m),
+                              static_cast<int>(p.vpp), pp_rank);
+      o.chunk_slots = pipeline_slots_needed(actions, static_cast<int>(p.vpp));
+    }
+  }
+  Decoder model(config.model, arena, t.batch_size, t.seq_len, o);
+  data_parallel.setup(model.params(), arena);
+  std::unique_ptr<AdamW> adam;
+  std::unique_ptr<OffloadedAdamW> offload;
+  if (config.optim.offload == "nvme") {
+    OffloadOptions oo;
+    oo.dir = dir + "/offload";
+    oo.chunk_elements = offload_chunk_elements(config.optim);
+    offload = std::make_unique<OffloadedAdamW>(data_parallel.optimizer_segments(),
+                                               data_parallel.optimizer_state_size(), arena,
+                                               config.optim, oo);
+  } else {
+    adam = std::make_unique<AdamW>(data_parallel.optimizer_segments(),
+                                   data_parallel.optimizer_state_size(), arena, config.optim);
+  }
+  int64_t model_parallel = 0;  // ModelParallel's constructor: comm elements
+  if (tp > 1 || pp > 1) {
+    const ParamStore& ps = model.params();
+    int64_t tp_summed = 0, kv_summed = 0;
+    for (const ParamInfo& info : ps.all())
+      if (info.slice.sum_grads) (info.slice.replicated ? tp_summed : kv_summed) += info.numel;
+    model_parallel = std::max(tp_summed, kv_summed) + kv_summed * tp;
+    const ModelShard& sh = model.shard();
+    if (model.config().tie_embeddings && pp > 1 && (sh.has_embedding || sh.has_head))
+      model_parallel += ps.info(sh.has_embedding ? model.index().embed : model.index().head).numel;
+  }
+  std::unique_ptr<PipelineExecutor> pipe;
+  if (pp > 1)
+    pipe = std::make_unique<PipelineExecutor>(model, pp_comm, actions, static_cast<int>(m), arena);
+  const int64_t held = pp > 1 ? m : 1;
+  arena.alloc<int32_t>(MemCategory::workspace, held * tokens, "input batch");
+  arena.alloc<int32_t>(MemCategory::workspace, held * tokens, "target batch");
+  MemBytes bytes = arena.stats().current;
+  bytes[static_cast<int>(MemCategory::comm)] += 4 * model_parallel;
+  return bytes;
+}
+
+// The one-process trainer (no launcher, 1x1x1): Trainer::build_model's first branch.
+MemBytes build_single(const RunConfig& config, const std::string& dir) {
+  const TrainConfig& t = config.train;
+  Arena arena;
+  DecoderOptions o;
+  o.recompute = recompute_policy(t);
+  o.precision = train_precision(t);
+  Decoder model(config.model, arena, t.batch_size, t.seq_len, o);
+  std::unique_ptr<AdamW> adam;
+  std::unique_ptr<OffloadedAdamW> offload;
+  if (config.optim.offload == "nvme") {
+    OffloadOptions oo;
+    oo.dir = dir + "/offload";
+    oo.chunk_elements = offload_chunk_elements(config.optim);
+    offload = std::make_unique<OffloadedAdamW>(segments_for_all(model.params()),
+                                               model.params().size(), arena, config.optim, oo);
+  } else {
+    adam = std::make_unique<AdamW>(segments_for_all(model.params()), model.params().size(), arena,
+                                   config.optim);
+  }
+  arena.alloc<int32_t>(MemCategory::workspace, t.batch_size * t.seq_len, "input batch");
+  arena.alloc<int32_t>(MemCategory::workspace, t.batch_size * t.seq_len, "target batch");
+  return arena.stats().current;
+}
+
+RunConfig small(const std::string& dir, const std::vector<std::string>& sets) {
+  std::vector<std::string> all = {"model.n_layer=4", "train.batch_size=2", "system.threads=0"};
+  all.insert(all.end(), sets.begin(), sets.end());
+  RunConfig c = test_support::small_run_config(dir, all);
+  c.model.finalize();
+  return c;
+}
+
+std::string joined(const std::vector<std::string>& sets) {
+  std::string out;
+  for (const std::string& s : sets) out += (out.empty() ? "" : " ") + s;
+  return out.empty() ? "(defaults)" : out;
+}
+
+void expect_equal(const MemBytes& arena, const MemoryEstimate& e, const std::string& what) {
+  int64_t total = 0;
+  for (int c = 0; c < kNumMemCategories; ++c) {
+    EXPECT_EQ(arena[c], e.bytes[c])
+        << what << ": " << mem_category_name(static_cast<MemCategory>(c));
+    total += arena[c];
+  }
+  EXPECT_EQ(total, e.total) << what;
+}
+
+MemoryModelOptions with_threads(bool under_launcher) {
+  MemoryModelOptions o;
+  o.under_launcher = under_launcher;
+  o.threads = omp_get_max_threads();
+  return o;
+}
+
+// Every precision, recomputation mode and attention kernel of both families, one process.
+TEST(MemoryModel, OneProcessMatchesTheArenaExactly) {
+  const std::string dir = test_support::fresh_dir("memory_model_single");
+  for (const char* family : {"gpt2", "llama"}) {
+    for (const char* precision : {"f32", "bf16", "fp16"}) {
+      for (const char* recompute : {"none", "selective", "full"}) {
+        for (const char* attention : {"naive", "flash"}) {
+          std::vector<std::string> sets = {
+              cat("model.family=", family), cat("train.precision=", precision),
+              cat("train.recompute=", recompute), cat("model.attention=", attention)};
+          if (std::string(family) == "llama") sets.push_back("model.n_kv_head=2");
+          if (std::string(recompute) == "full") sets.push_back("train.recompute_layers=3");
+          const RunConfig c = small(dir, sets);
+          expect_equal(build_single(c, dir), estimate_rank_memory(c, 1, 0, with_threads(false)),
+                       joined(sets));
+        }
+      }
+    }
+  }
+  for (const auto& sets :
+       std::vector<std::vector<std::string>>{{"optim.offload=nvme", "optim.offload_chunk_mb=0.01"},
+                                             {"optim.offload=nvme", "train.precision=bf16"},
+                                             {"train.grad_accum=3", "train.seq_len=16"}}) {
+    const RunConfig c = small(dir, sets);
+    expect_equal(build_single(c, dir), estimate_rank_memory(c, 1, 0, with_threads(false)),
+                 joined(sets));
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// The real Trainer (what `strata train` runs), for a few of the configs above.
+TEST(MemoryModel, TrainerMatchesTheArenaExactly) {
+  for (const auto& sets : std::vector<std::vector<std::string>>{
+           {},
+           {"model.family=llama", "model.n_kv_head=2", "train.precision=bf16",
+            "model.attention=flash", "train.recompute=selective"},
+           {"train.precision=fp16", "train.recompute=full", "optim.offload=nvme",
+            "system.threads=1"}}) {
+    const std::string dir = test_support::fresh_dir("memory_model_trainer");
+    const RunConfig c = small(dir, sets);
+    Trainer trainer(c);
+    expect_equal(trainer.arena().stats().current,
+                 estimate_rank_memory(c, 1, 0, with_threads(false)), joined(sets));
+    std::filesystem::remove_all(dir);
+  }
+}
+
+struct RankCase {
+  std::vector<std::string> sets;
+  int world = 1, pp_rank = 0;
+};
+
+// Under process groups: every ZeRO stage, gradient reduction in bf16, tensor parallelism with and
+// without sp (GQA kv heads split and shared), pipelines (GPipe, 1F1B, interleaved; first, middle
+// and last stages; tied embeddings; explicit stage sizes), offload, and their combinations.
+TEST(MemoryModel, RanksUnderProcessGroupsMatchTheArenaExactly) {
+  const std::string dir = test_support::fresh_dir("memory_model_ranks");
+  const std::vector<RankCase> cases = {
+      {{"parallel.zero=2"}, 1},
+      {{"parallel.zero=0"}, 4},
+      {{"parallel.zero=1", "train.precision=bf16"}, 4},
+      {{"parallel.zero=2", "parallel.bucket_mb=0.05"}, 4},
+      {{"parallel.zero=3", "parallel.bucket_mb=0.05", "train.precision=bf16"}, 4},
+      {{"parallel.zero=3", "train.precision=fp16", "model.family=llama", "model.n_kv_head=2"}, 2},
+      {{"parallel.zero=1", "parallel.grad_reduce_dtype=bf16"}, 2},
+      {{"parallel.zero=2", "parallel.grad_reduce_dtype=bf16", "parallel.bucket_mb=0.1"}, 2},
+      {{"parallel.tp=2"}, 2},
+      {{"parallel.tp=2", "parallel.sp=true", "train.precision=bf16"}, 4},
+      {{"parallel.tp=4", "parallel.sp=true", "model.family=llama", "model.n_kv_head=2"}, 4},
+      {{"parallel.tp=2", "model.family=llama", "model.n_kv_head=2", "parallel.zero=3"}, 4},
+      {{"parallel.pp=2", "train.grad_accum=4"}, 2, 0},
+      {{"parallel.pp=2", "train.grad_accum=4"}, 2, 1},
+      {{"parallel.pp=2", "parallel.schedule=gpipe", "train.grad_accum=3"}, 4, 1},
+      {{"parallel.pp=4", "train.grad_accum=4", "model.family=llama", "model.n_kv_head=2"}, 4, 2},
+      {{"parallel.pp=2", "parallel.vpp=2", "parallel.schedule=interleaved", "train.grad_accum=4"},
+       2,
+       0},
+      {{"parallel.pp=2", "parallel.vpp=2", "parallel.schedule=interleaved", "train.grad_accum=4",
+        "train.recompute=selective"},
+       2,
+       1},
+      {{"parallel.pp=2", "parallel.stage_layers=[3, 1]", "train.grad_accum=2",
+        "train.recompute=full", "train.recompute_layers=2"},
+       2,
+       0},
+      {{"parallel.tp=2", "parallel.pp=2", "parallel.sp=true", "parallel.zero=1",
+        "train.precision=bf16", "train.grad_accum=4", "model.attention=flash"},
+       8,
+       1},
+      {{"parallel.zero=1", "optim.offload=nvme", "optim.offload_chunk_mb=0.02"}, 2},
+  };
+  for (const RankCase& k : cases) {
+    const RunConfig c = small(dir, k.sets);
+    const std::string what = cat(joined(k.sets), " world ", k.world, " pp rank ", k.pp_rank);
+    expect_equal(build_rank(c, k.world, k.pp_rank, dir),
+                 estimate_rank_memory(c, k.world, k.pp_rank, with_threads(true)), what);
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(MemoryModel, LargestStageAndExplanation) {
+  const RunConfig c = small("unused", {"parallel.pp=2", "train.grad_accum=4"});
+  const MemoryEstimate first = estimate_rank_memory(c, 4, 0), last = estimate_rank_memory(c, 4, 1);
+  const MemoryEstimate largest = estimate_memory(c, 4);
+  EXPECT_EQ(largest.total, std::max(first.total, last.total));
+  EXPECT_EQ(largest.pp_rank, first.total >= last.total ? 0 : 1);
+  EXPECT_EQ(first.micro_batches_in_flight, 2);  // 1F1B: pp - rank micro-batches on stage 0
+  EXPECT_GT(first.activation_bytes_per_layer, 0);
+  ASSERT_EQ(largest.explain.size(), static_cast<size_t>(kNumMemCategories) + 1);
+  for (const std::string& line : largest.explain) std::printf("  %s\n", line.c_str());
+  const MemoryEstimate zero1 = estimate_rank_memory(small("unused", {"parallel.zero=1"}), 4, 0);
+  EXPECT_NE(zero1.explain[static_cast<int>(MemCategory::optimizer)].find("/ dp 4"),
+            std::string::npos);
+}
+
+// The layout search's load: 20,000 estimates of a 1T-parameter llama-style model over varied
+// layouts. Each must be microseconds; the bound is generous (a sanity check, not a benchmark).
+TEST(MemoryModel, TwentyThousandEstimatesOfATrillionParameterModelTakeUnderTwoSeconds) {
+  RunConfig c =
+      small("unused", {"model.family=llama", "model.n_layer=128", "model.d_model=25600",
+                       "model.n_head=160", "model.n_kv_head=160", "model.vocab_size=51200",
+                       "model.max_seq_len=2048", "train.seq_len=2048", "train.batch_size=1"});
+  c.model.finalize();
+  EXPECT_GT(c.model.num_params(), int64_t{1'000'000'000'000});
+  const int64_t world = 1024;
+  std::vector<RunConfig> layouts;
+  for (int64_t tp : {1, 2, 4, 8})
+    for (int64_t pp : {1, 2, 4, 8, 16})
+      for (int64_t zero : {0, 1, 2, 3})
+        for (const char* recompute : {"none", "selective", "full"})
+          for (int64_t mb : {1, 2, 4}) {
+            if (pp > 1 && zero > 1) continue;
+            RunConfig l = c;
+            l.parallel.tp = tp;
+            l.parallel.pp = pp;
+            l.parallel.zero = zero;
+            l.parallel.sp = tp > 1;
+            l.train.recompute = recompute;
+            l.train.batch_size = mb;
+            l.train.grad_accum = std::max<int64_t>(1, 64 / mb / (world / (tp * pp)) * pp);
+            layouts.push_back(l);
+          }
+  int64_t checksum = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 20000; ++i) {
+    const MemoryEstimate e = estimate_memory(layouts[i % layouts.size()], world);
+    checksum += e.total > 0;
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("20000 estimates over %zu layouts: %.3f s (%.1f us each)\n", layouts.size(), seconds,
+              seconds / 20000 * 1e6);
+  EXPECT_EQ(checksum, 20000);
+  EXPECT_LT(seconds, 2.0);
+  // No overflow: a 1T model without any sharding needs 16 bytes per parameter of model states.
+  const MemoryEstimate whole = estimate_rank_memory(c, 1, 0);
+  EXPECT_GT(whole.total, 16 * c.model.num_params());
+}
+
+}  // namespace
+}  // namespace strata

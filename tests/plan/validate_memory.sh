@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# The memory model against real runs: for each configuration (layouts tp/pp/dp/vpp/sp, ZeRO
+# stages 0-3, recomputation, precision, attention kernel, sequence length, optimizer offload),
+# `strata plan --json` predicts the arena of pipeline stage 0 and a one-step run on 1, 2 or 4
+# ranks measures it (the "mem" object of the last line of metrics.jsonl, which is world rank 0:
+# tp rank 0, dp rank 0, pp rank 0). Prints a table (markdown) of predicted and measured bytes,
+# the categories that differ, and fails if any total is off by more than 10%.
+#
+# (Stage 0 must be the plan's largest stage, which `strata plan` reports: the pipeline cases give it
+# the most micro-batches in flight or the most layers.)
+# One rank runs as `strata train` does without a launcher (no MPI, no data-parallel layer); more
+# ranks under mpirun. Every rank runs one OpenMP thread (system.threads = 1), which also sizes the
+# attention kernels' per-thread scratch in the prediction.
+# Usage: validate_memory.sh STRATA_BINARY SOURCE_DIR
+set -euo pipefail
+strata=$1
+src=$2
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+export OMP_NUM_THREADS=1
+config="$src/configs/tiny.toml"
+# configs/tiny.toml, shrunk to a few seconds per run: synthetic tokens, one step, no sampling.
+small=(--set model.d_model=128 --set model.n_head=4 --set model.vocab_size=1024
+  --set model.max_seq_len=256 --set train.seq_len=64 --set train.batch_size=2
+  --set data.source=synthetic --set train.steps=1 --set train.eval_every=0
+  --set train.eval_batches=1 --set train.log_every=1 --set train.checkpoint_every=0
+  --set sample.max_new_tokens=0 --set run.resume=none --set system.threads=1
+  --set system.memory_limit_mb=0)
+cases="$work/cases.tsv"
+: >"$cases"
+failed=0
+
+# case RANKS "description" key=value...
+case_() {
+  local ranks=$1 what=$2
+  shift 2
+  local id
+  id=$(wc -l <"$cases")
+  local dir="$work/run_$id"
+  local sets=("${small[@]}")
+  for kv in "$@"; do sets+=(--set "$kv"); done
+  sets+=(--set "run.dir=$dir")
+  if ! "$strata" plan "$config" --gpus "$ranks" "${sets[@]}" --json >"$work/plan_$id.json" \
+    2>"$work/plan_$id.err"; then
+    echo "FAILED: strata plan for '$what'"
+    cat "$work/plan_$id.err"
+    failed=1
+    return
+  fi
+  local status=0
+  if [ "$ranks" = 1 ]; then
+    "$strata" train "$config" "${sets[@]}" >"$work/train_$id.log" 2>&1 || status=$?
+  else
+    mpirun --allow-run-as-root --oversubscribe --mca btl self,vader -np "$ranks" \
+      "$strata" train "$config" "${sets[@]}" >"$work/train_$id.log" 2>&1 || status=$?
+  fi
+  if [ "$status" != 0 ] || [ ! -s "$dir/metrics.jsonl" ]; then
+    echo "FAILED: strata train for '$what' (exit $status)"
+    tail -20 "$work/train_$id.log"
+    failed=1
+    return
+  fi
+  printf '%s\t%s\t%s\t%s\n' "$ranks" "$what" "$work/plan_$id.json" "$dir/metrics.jsonl" >>"$cases"
+}
+
+case_ 1 "1 rank, gpt2 f32, naive attention"
+case_ 1 "1 rank, llama GQA bf16, flash, selective, seq 128" model.family=llama \
+  model.n_kv_head=2 train.precision=bf16 model.attention=flash train.recompute=selective \
+  train.seq_len=128
+case_ 1 "1 rank, gpt2 fp16, full recompute, nvme offload" train.precision=fp16 \
+  train.recompute=full optim.offload=nvme optim.offload_chunk_mb=0.25
+case_ 2 "dp 2, ZeRO-0, seq 256 (naive t^2 probabilities)" parallel.zero=0 train.seq_len=256
+case_ 2 "dp 2, ZeRO-1, bf16, bf16 gradient reduction" parallel.zero=1 train.precision=bf16 \
+  parallel.grad_reduce_dtype=bf16
+case_ 2 "dp 2, ZeRO-2, fp16, full recompute, 3 buckets" parallel.zero=2 train.precision=fp16 \
+  train.recompute=full parallel.bucket_mb=0.5
+case_ 2 "dp 2, ZeRO-1, llama, nvme offload" parallel.zero=1 model.family=llama \
+  optim.offload=nvme optim.offload_chunk_mb=0.25
+case_ 4 "dp 4, ZeRO-3, bf16, llama, grad_accum 2" parallel.zero=3 train.precision=bf16 \
+  model.family=llama parallel.bucket_mb=0.5 train.grad_accum=2
+case_ 2 "tp 2 + sp, llama GQA, selective" parallel.tp=2 parallel.sp=true model.family=llama \
+  model.n_kv_head=2 train.recompute=selective
+case_ 4 "tp 4 + sp, llama 2 kv heads shared, bf16 flash" parallel.tp=4 parallel.sp=true \
+  model.family=llama model.n_kv_head=2 train.precision=bf16 model.attention=flash
+case_ 4 "tp 2, dp 2, ZeRO-2, gpt2" parallel.tp=2 parallel.zero=2
+case_ 4 "pp 4, 1F1B, 4 micro-batches, tied" parallel.pp=4 train.grad_accum=4 model.n_layer=8
+case_ 2 "pp 2 x vpp 2, interleaved, 4 micro-batches, stages 3/1/3/1" parallel.pp=2 \
+  parallel.vpp=2 parallel.schedule=interleaved train.grad_accum=4 model.n_layer=8 \
+  "parallel.stage_layers=[3,1,3,1]"
+case_ 4 "pp 2 GPipe, dp 2, ZeRO-1, 4 micro-batches, untied, stages 4/2" parallel.pp=2 \
+  parallel.schedule=gpipe parallel.zero=1 train.grad_accum=4 model.tie_embeddings=false \
+  model.n_layer=6 "parallel.stage_layers=[4,2]"
+case_ 4 "tp 2 + sp, pp 2, ZeRO-1, bf16, full recompute" parallel.tp=2 parallel.pp=2 \
+  parallel.sp=true train.precision=bf16 train.recompute=full train.grad_accum=4 model.n_layer=6
+
+python3 - "$cases" <<'EOF' || failed=1
+import json, sys
+cats = ["params", "grads", "master", "optimizer", "activations", "comm", "workspace"]
+MB = 1e6
+bad = 0
+print("| ranks | configuration | predicted MB | measured MB | error % | categories that differ (MB) |")
+print("|---|---|---:|---:|---:|---|")
+for line in open(sys.argv[1]):
+    ranks, what, plan_path, metrics_path = line.rstrip("\n").split("\t")
+    given = json.load(open(plan_path))["given"]["memory"]
+    last = [l for l in open(metrics_path) if l.strip()][-1]
+    mem = json.loads(last)["mem"]
+    if given.get("pp_rank", 0) != 0:
+        print(f"| {ranks} | {what} | - | - | - | the plan reports pipeline stage "
+              f"{given['pp_rank']}; only stage 0 is measured |")
+        bad += 1
+        continue
+    predicted, measured = given["total"], mem["total"]
+    error = 100.0 * (predicted - measured) / measured
+    diffs = [f"{c} {given[c] / MB:.3f} vs {mem[c] / MB:.3f}" for c in cats if given[c] != mem[c]]
+    print(f"| {ranks} | {what} | {predicted / MB:.3f} | {measured / MB:.3f} | {error:+.2f} | "
+          f"{'; '.join(diffs) if diffs else f'none: {measured} bytes exactly'} |")
+    if abs(error) > 10:
+        bad += 1
+sys.exit(1 if bad else 0)
+EOF
+if [ "$failed" != 0 ]; then
+  echo "plan_memory: FAILED"
+  exit 1
+fi
+echo "plan_memory: every prediction within 10% of the measured arena"
