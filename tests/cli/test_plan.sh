@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# `strata plan` end to end: the JSON a script reads, the arithmetic --explain prints, the exit
+# status when nothing fits, clear errors for a bad cluster or GPU count, and --calibrate writing
+# a profile that --cluster reads back.
+# Usage: test_plan.sh STRATA_BINARY SOURCE_DIR
+set -uo pipefail
+strata=$(realpath "$1")
+src=$2
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+export OMP_NUM_THREADS=1
+passed=0
+failed=0
+check() {  # check "what" condition...
+  local what=$1
+  shift
+  if "$@"; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
+    echo "FAILED: $what"
+  fi
+}
+contains() { grep -q -- "$2" <<<"$1"; }
+json_get() {  # json_get FILE PYTHON_EXPRESSION_ON_j
+  /usr/bin/python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print($2)" "$1"
+}
+
+echo "-- 130B under pure data parallelism on 32 A100-80GB, as JSON"
+"$strata" plan "$src/configs/plan/gpt-130b.toml" --cluster a100x32 --json --explain >"$work/130b.json"
+check "plan --json exits 0 when a layout fits" test $? -eq 0
+check "given layout does not fit" test "$(json_get "$work/130b.json" 'j["given"]["memory"]["fits"]')" = False
+check "given total is over 2 TiB" test "$(json_get "$work/130b.json" 'j["given"]["memory"]["total"] > 2*2**40')" = True
+check "oom report in the JSON" contains "$(json_get "$work/130b.json" 'j["given"]["oom"]')" "over by"
+check "ranked layouts split the model" test "$(json_get "$work/130b.json" \
+  'all(l["layout"]["tp"]*l["layout"]["pp"] > 1 and l["memory"]["fits"] for l in j["ranked"])')" = True
+check "ranked by tokens/s" test "$(json_get "$work/130b.json" \
+  'all(a["step"]["tokens_per_s"] >= b["step"]["tokens_per_s"] for a, b in zip(j["ranked"], j["ranked"][1:]))')" = True
+check "explain lines for the best layout" test "$(json_get "$work/130b.json" \
+  'len(j["ranked"][0]["explain"]["memory"]) > 3 and len(j["ranked"][0]["explain"]["step"]) > 3')" = True
+check "search statistics" test "$(json_get "$work/130b.json" 'j["search"]["enumerated"] > 1000')" = True
+
+echo "-- text output with --explain"
+out=$("$strata" plan "$src/configs/plan/gpt3-175b.toml" --cluster a100-80gb-x8-ib200 --explain --top 3)
+check "175B: the config's layout fits" contains "$out" "(fits)"
+check "175B: explain prints the pipeline arithmetic" contains "$out" "bubble (p-1)/(v m)"
+check "175B: explain prints the memory arithmetic" contains "$out" "optimizer: 2 moments"
+check "175B: MFU" contains "$out" "MFU"
+
+echo "-- nothing fits: exit status 2"
+"$strata" plan "$src/configs/plan/gpt-130b.toml" --cluster a100 --gpus 2 >"$work/none.txt" 2>&1
+check "exit 2 when no layout fits" test $? -eq 2
+check "names the smallest footprint" contains "$(cat "$work/none.txt")" "no layout on 2 ranks fits"
+
+echo "-- errors a person can act on"
+out=$("$strata" plan "$src/configs/tiny.toml" --cluster no-such-cluster 2>&1)
+check "unknown cluster fails" test $? -ne 0
+check "unknown cluster lists the built-in names" contains "$out" "a100-80gb-x8-ib200"
+out=$("$strata" plan "$src/configs/tiny.toml" --set parallel.tp=2 --gpus 3 2>&1)
+check "gpus not divisible by tp fails" test $? -ne 0
+check "gpus error names the layout" contains "$out" "parallel.tp x parallel.pp"
+
+echo "-- --calibrate writes a profile that --cluster reads"
+(cd "$work" && "$strata" plan --calibrate --ranks 2 --out "$work/cal.toml" >"$work/cal.out" 2>&1)
+check "calibrate exits 0" test $? -eq 0
+check "calibrate measured collectives through Comm" contains "$(cat "$work/cal.out")" "all_reduce"
+"$strata" plan "$src/configs/tiny.toml" --cluster "$work/cal.toml" --gpus 2 --json \
+  --set data.source=synthetic >"$work/cal.json"
+check "plan with the calibrated profile" test "$(json_get "$work/cal.json" 'j["given"]["step"]["step_s"] > 0')" = True
+
+echo "plan cli: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
