@@ -1,19 +1,21 @@
 #!/usr/bin/env bash
 # Installs everything strata needs on Debian 12 (Debian's packages; Hugging Face's Python
-# libraries from PyPI for the interop tests). Idempotent. `--with-torch` adds PyTorch from Debian
-# (/usr/bin/python3), needed only by bench/ and tools/torch_reference.py, not by the tests.
+# libraries from PyPI for the interop tests). Idempotent. PyTorch comes from Debian (python3-torch,
+# for /usr/bin/python3): the transformers interop test, bench/ and tools/torch_reference.py use
+# it (`--with-torch`, once needed for it, is still accepted and adds nothing).
 set -euo pipefail
-with_torch=0
-[ "${1:-}" = "--with-torch" ] && with_torch=1
 packages=(
   build-essential cmake ninja-build pkg-config clang-format
   libdnnl-dev libopenblas-openmp-dev nlohmann-json3-dev libtomlplusplus-dev libcli11-dev
   googletest libgtest-dev libbenchmark-dev
+  libsqlite3-dev                           # the model registry's index (strata registry)
   openmpi-bin libopenmpi-dev libpmix-dev   # the CPU communication engine (PMIx for srun)
   slurm-wlm munge                          # single-node SLURM for the launcher tests
   bible-kjv                   # the default English corpus (King James Bible text)
+  chromium                    # headless browser: the test that renders `strata report`
 )
-[ $with_torch -eq 1 ] && packages+=(python3-torch python3-numpy)  # reference and benchmark peer
+# Reference, benchmark peer, and the transformers interop test (~165 MB download).
+packages+=(python3-torch python3-numpy python3-pip)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -30,4 +32,14 @@ fi
 if ! python3 -c "import safetensors, tokenizers, numpy, tensorboard" 2>/dev/null; then
   python3 -m pip install --quiet --disable-pip-version-check safetensors tokenizers numpy \
     tensorboard
+fi
+# transformers for the Hugging Face interop test (tests/train/check_hf_transformers.py), for
+# Debian's python3 beside its python3-torch 1.13; 4.46 still supports torch 1.13 (pip: ~20-60 s).
+if ! /usr/bin/python3 -c "import transformers, safetensors" 2>/dev/null; then
+  /usr/bin/python3 -m pip install --quiet --disable-pip-version-check --break-system-packages \
+    "transformers==4.46.3"
+fi
+# MLflow (server and client) for the MLflow test, and PyYAML for the Kubernetes manifest test.
+if ! python3 -c "import mlflow, yaml" 2>/dev/null; then
+  python3 -m pip install --quiet --disable-pip-version-check mlflow pyyaml
 fi

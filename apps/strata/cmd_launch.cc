@@ -11,6 +11,7 @@
 #include "commands.h"
 #include "core/error.h"
 #include "launch/supervisor.h"
+#include "launch_emit.h"
 #include "train/config.h"
 #include "train/deepspeed_config.h"
 
@@ -75,6 +76,7 @@ Command add_launch_command(CLI::App& parent) {
     std::vector<std::string> command;  // CONFIG [--set k=v ...], or the --program's arguments
     std::vector<std::string> sets;     // --set given before `--`
     std::string deepspeed;             // --deepspeed given before `--`
+    EmitArgs emit;                     // --emit slurm|k8s: write a job instead (launch_emit.h)
   };
   auto args = std::make_shared<Args>();
   CLI::App* app = parent.add_subcommand(
@@ -118,6 +120,7 @@ Command add_launch_command(CLI::App& parent) {
   app->add_option("--program", o.program, "run this program instead of `strata train`")->group("");
   app->add_option("--run-dir", o.run_dir, "run directory when --program is used")->group("");
   app->add_option("command", args->command, "-- CONFIG [--set key=value ...]")->required();
+  add_emit_options(app, args->emit);
 
   return {app, [args] {
             launch::LaunchOptions options = args->options;
@@ -125,6 +128,8 @@ Command add_launch_command(CLI::App& parent) {
             for (const std::string& s : args->sets) command.insert(command.end(), {"--set", s});
             if (!args->deepspeed.empty())
               command.insert(command.end(), {"--deepspeed", args->deepspeed});
+            STRATA_CHECK(options.program.empty() || args->emit.emit.empty(),
+                         "strata launch: --emit writes a training job; it does not take --program");
             if (!options.program.empty()) {
               // mpirun and srun resolve a bare name on PATH; a relative path is made absolute so
               // that it does not depend on the ranks' working directory.
@@ -143,6 +148,8 @@ Command add_launch_command(CLI::App& parent) {
               RunConfig config = load_config_with_deepspeed(command.front(), ds, sets);
               resolve_deepspeed_batch(config, ds, sets, options.ranks);
               options.run_dir = config.run.dir;
+              if (!args->emit.emit.empty())
+                return emit_job(args->emit, config, command, options.ranks, options.max_restarts);
               if (options.elastic) options.shrink = elastic_planner(config, options.ranks);
               options.args = {"train"};
               options.args.insert(options.args.end(), command.begin(), command.end());

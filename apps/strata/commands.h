@@ -17,5 +17,9 @@ Command add_generate_command(CLI::App& parent);
 Command add_launch_command(CLI::App& parent);
 Command add_diagnose_command(CLI::App& parent);
 Command add_plan_command(CLI::App& parent);
+Command add_export_command(CLI::App& parent);
+Command add_import_command(CLI::App& parent);
+Command add_report_command(CLI::App& parent);
+Command add_registry_command(CLI::App& parent);
 
 }  // namespace strata::cli

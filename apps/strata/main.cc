@@ -13,7 +13,9 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   const std::vector<Command> commands = {add_train_command(app),    add_prepare_command(app),
                                          add_generate_command(app), add_launch_command(app),
-                                         add_diagnose_command(app), add_plan_command(app)};
+                                         add_diagnose_command(app), add_plan_command(app),
+                                         add_registry_command(app), add_report_command(app),
+                                         add_export_command(app),   add_import_command(app)};
   CLI11_PARSE(app, argc, argv);
   try {
     for (const Command& c : commands)

@@ -8,8 +8,17 @@
 #include "comm/progress_engine.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/trace.h"
 
 namespace strata::comm {
+
+namespace {
+// Span names of a caller blocked in wait(), per CommOp (string literals: the tracer keeps
+// pointers).
+const char* const kWaitNames[kNumCommOps] = {
+    "wait all_reduce", "wait reduce_scatter", "wait all_gather", "wait broadcast",
+    "wait send",       "wait recv",           "wait barrier"};
+}  // namespace
 
 PendingOp::PendingOp(std::shared_ptr<GroupState> group, const OpArgs& args)
     : group_(std::move(group)), args_(args), submitted_(Clock::now()) {}
@@ -22,6 +31,8 @@ bool PendingOp::test() {
 
 void PendingOp::wait() {
   if (!done()) {
+    TraceSpan span(kWaitNames[static_cast<int>(args_.kind)], "comm_wait");
+    span.arg("group", group_->name).arg("bytes", args_.bytes);
     const Clock::time_point start = Clock::now();
     const double timeout = group_->timeout_seconds.load();
     if (!ProgressEngine::get().wait_done(*this,
@@ -75,9 +86,24 @@ void PendingOp::on_mpi_complete(int mpi_error) {
 }
 
 void PendingOp::retire() {
-  group_->count_completion(args_.kind,
-                           std::chrono::duration<double>(Clock::now() - submitted_).count());
+  const Clock::time_point now = Clock::now();
+  group_->count_completion(args_.kind, std::chrono::duration<double>(now - submitted_).count());
+  if (trace::active()) trace_completion(now);
   done_.store(true, std::memory_order_release);
+}
+
+// The profiler's record of the operation: from the caller's submit to its completion, on the
+// progress engine's thread, with what was moved and where.
+void PendingOp::trace_completion(Clock::time_point end) const {
+  trace::Event* e = trace::begin_at(comm_op_name(args_.kind), "comm", trace::to_ns(submitted_));
+  if (!e) return;
+  trace::set_arg(e, "bytes", args_.bytes);
+  trace::set_arg(e, "group", group_->name.c_str());
+  trace::set_arg(e, "dtype", dtype_name(args_.dtype).data());
+  if (args_.peer >= 0)
+    trace::set_arg(e, args_.kind == CommOp::broadcast ? "root" : "peer",
+                   group_->world_ranks[static_cast<size_t>(args_.peer)]);
+  trace::finish(e, trace::to_ns(end));
 }
 
 std::string PendingOp::describe() const {

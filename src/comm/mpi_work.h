@@ -48,6 +48,7 @@ class PendingOp final : public Work {
 
  private:
   [[noreturn]] void timeout_exit(double timeout_seconds) const;
+  void trace_completion(Clock::time_point end) const;
   void rethrow_failure() const;
 
   std::shared_ptr<GroupState> group_;

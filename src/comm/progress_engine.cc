@@ -11,6 +11,7 @@
 #include "comm/mpi_work.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/trace.h"
 
 namespace strata::comm {
 
@@ -152,6 +153,7 @@ PollPolicy ProgressEngine::poll_policy() {
 void ProgressEngine::run() {
   // Sleeps of tens of microseconds would otherwise stretch by the default 50 us timer slack.
   prctl(PR_SET_TIMERSLACK, 1000UL, 0UL, 0UL, 0UL);
+  trace::name_thread("comm progress");
   std::vector<std::shared_ptr<PendingOp>> incoming;
   Clock::time_point last_progress = Clock::now();
   for (;;) {

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/philox.h"
+#include "core/trace.h"
 #include "kernels/cpu/flash_attention.h"
 #include "kernels/cpu/kernels.h"
 
@@ -426,6 +427,7 @@ void Decoder::run_forward(int chunk, ActivationStore& a, const int32_t* tokens) 
   const LayerRange r = shard_.chunks[chunk];
   for (int64_t local = 0; local < r.size(); ++local) {
     const int layer = static_cast<int>(r.begin + local);
+    const TraceSpan span("fwd layer", "compute", layer);
     hooks_->acquire_params(layer + 1);
     LayerActivations l = layer_view(a, local, /*rebuilding=*/false);
     block_forward(layer, a, l, layer_input(a, local));
@@ -610,6 +612,7 @@ void Decoder::run_backward(int chunk, ActivationStore& a) {
   const LayerRange r = shard_.chunks[chunk];
   for (int64_t local = r.size() - 1; local >= 0; --local) {
     const int layer = static_cast<int>(r.begin + local);
+    const TraceSpan span("bwd layer", "compute", layer);
     hooks_->acquire_params(layer + 1);
     hooks_->begin_grads(layer + 1);
     LayerActivations l = layer_view(a, local, /*rebuilding=*/true);

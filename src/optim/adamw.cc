@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "core/trace.h"
 #include "kernels/cpu/kernels.h"
 
 namespace strata {
@@ -23,6 +24,7 @@ AdamW::AdamW(std::vector<OptimSegment> segments, int64_t state_size, Arena& aren
 }
 
 void AdamW::step(float lr, float grad_scale) {
+  const TraceSpan span("adamw", "optimizer");
   ++step_;
   for (const OptimSegment& s : segments_) {
     const float wd = s.weight_decay ? config_.weight_decay : 0.0f;

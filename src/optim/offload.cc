@@ -12,6 +12,7 @@
 #include <system_error>
 
 #include "core/error.h"
+#include "core/trace.h"
 #include "io/fd.h"
 #include "kernels/cpu/kernels.h"
 
@@ -180,6 +181,9 @@ std::string OffloadedAdamW::do_io(const IoRequest& request) {
   const uint64_t offset = static_cast<uint64_t>(chunk_begin(request.chunk)) * sizeof(float);
   const int64_t at = request.slot * chunk_elements_;
   float* bufs[3] = {master_buf_ + at, m_buf_ + at, v_buf_ + at};
+  TraceSpan span(request.kind == IoKind::read ? "offload read" : "offload write", "io",
+                 request.chunk);
+  span.arg("bytes", static_cast<int64_t>(3 * bytes));
   for (int i = 0; i < 3; ++i) {
     if (request.kind == IoKind::read) {
       const int err = io::pread_exact(fds_[i], bufs[i], bytes, offset);
@@ -197,6 +201,7 @@ std::string OffloadedAdamW::do_io(const IoRequest& request) {
 }
 
 void OffloadedAdamW::io_loop() {
+  trace::name_thread("offload io");
   const int64_t capacity = static_cast<int64_t>(ring_.size());
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
@@ -267,6 +272,7 @@ void OffloadedAdamW::update_chunk(int64_t chunk, int slot, size_t& cursor, float
 }
 
 void OffloadedAdamW::step(float lr, float grad_scale) {
+  const TraceSpan span("adamw (offloaded)", "optimizer");
   ++step_;
   step_wait_s_ = 0.0;
   // Prefetch one chunk per buffer; afterwards each slot's next read is queued right behind the

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/trace.h"
 #include "kernels/cpu/kernels.h"
 #include "model/decoder.h"
 
@@ -273,6 +274,7 @@ void DataParallel::end_grads(int group) {
 }
 
 void DataParallel::finish_gradients() {
+  const TraceSpan span("dp grad sync", "comm_wait");
   if (opt_.zero < 2 && !opt_.overlap)
     for (int k = 0; k < static_cast<int>(buckets_.size()); ++k) launch_bucket(k);
   for (const WorkHandle& w : pending_) w->wait();
@@ -337,6 +339,7 @@ int64_t DataParallel::optimizer_state_size() const {
 
 void DataParallel::after_optimizer_step() {
   if (opt_.zero != 1 && opt_.zero != 2) return;
+  const TraceSpan span("zero param all_gather", "comm_wait");
   std::vector<WorkHandle> works;
   for (const Bucket& b : buckets_) {
     float* base = params_->data() + b.start;

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/trace.h"
 #include "kernels/cpu/kernels.h"
 
 namespace strata {
@@ -70,6 +71,7 @@ int64_t pack_spans(const DataParallel& dp, const std::vector<int>& indices, floa
 }  // namespace
 
 void ModelParallel::finish_gradients() {
+  const TraceSpan span("tp/pp grad sums", "comm_wait");
   Comm& tp = groups_.tp();
   if (!tp_summed_.empty()) {
     const int64_t n = pack_spans<true>(dp_, tp_summed_, pack_);

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "core/error.h"
+#include "core/trace.h"
 
 namespace strata {
 
@@ -104,7 +105,10 @@ PipelineStepStats PipelineExecutor::run(
   const auto t_start = Clock::now();
   const int64_t tokens = model_.batch() * model_.seq_len();
   const ModelShard& sh = model_.shard();
-  auto wait_timed = [&](WorkHandle& w) {
+  // A wait on a transfer, traced with what it waits for (the bubble shows as these spans).
+  auto wait_timed = [&](WorkHandle& w, const char* what, int mb, int chunk) {
+    TraceSpan span(what, "pipeline");
+    span.arg("micro_batch", mb).arg("chunk", chunk);
     const auto t0 = Clock::now();
     w->wait();
     st.wait_s += since(t0);
@@ -125,9 +129,11 @@ PipelineStepStats PipelineExecutor::run(
           WorkHandle& w = recv_act_[c * m_ + mb];
           STRATA_CHECK(w != nullptr, "pipeline executor: forward of micro-batch ", mb, " chunk ", c,
                        " before its activation was received");
-          wait_timed(w);
+          wait_timed(w, "pipeline wait activation", mb, c);
           w.reset();
         }
+        TraceSpan span("pipeline forward", "pipeline");
+        span.arg("micro_batch", mb).arg("chunk", c);
         const auto t0 = Clock::now();
         model_.chunk_forward(c, s, inputs + mb * tokens);
         if (sh.chunk_has_head(c))
@@ -157,10 +163,12 @@ PipelineStepStats PipelineExecutor::run(
           WorkHandle& w = recv_grad_[c * m_ + mb];
           STRATA_CHECK(w != nullptr, "pipeline executor: backward of micro-batch ", mb, " chunk ",
                        c, " before its gradient was received");
-          wait_timed(w);
+          wait_timed(w, "pipeline wait grad", mb, c);
           w.reset();
         }
         if (before_backward) before_backward(mb, c);
+        TraceSpan span("pipeline backward", "pipeline");
+        span.arg("micro_batch", mb).arg("chunk", c);
         const auto t0 = Clock::now();
         model_.chunk_backward(c, s, dout_[c][s], din_[c][s]);
         st.compute_s += since(t0);
@@ -180,7 +188,7 @@ PipelineStepStats PipelineExecutor::run(
   // Every transfer of the step completes before the optimizer touches parameters.
   for (auto& per_chunk : slot_sends_)
     for (auto& sends : per_chunk) {
-      for (WorkHandle& w : sends) wait_timed(w);
+      for (WorkHandle& w : sends) wait_timed(w, "pipeline wait sends", -1, -1);
       sends.clear();
     }
   auto pending = [](const std::vector<WorkHandle>& v) {

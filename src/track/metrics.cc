@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "track/environment.h"
 #include "track/tensorboard.h"
 
 namespace strata {
@@ -25,6 +26,7 @@ void JsonlWriter::write(const nlohmann::json& record) {
 
 MetricsSink::MetricsSink(const std::string& run_dir, bool tensorboard)
     : jsonl_((std::filesystem::path(run_dir) / "metrics.jsonl").string(), /*append=*/true) {
+  write_environment(run_dir);  // where these numbers come from, for `strata report`
   if (tensorboard)
     tensorboard_ = std::make_unique<TensorBoardWriter>(
         (std::filesystem::path(run_dir) / "tensorboard").string());

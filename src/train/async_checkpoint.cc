@@ -4,12 +4,17 @@
 #include <cstring>
 
 #include "core/clock.h"
+#include "core/trace.h"
 
 namespace strata {
 
 namespace {
 CheckpointWriteResult write_now(const std::string& path, const std::vector<SliceSource>& sources) {
   CheckpointWriteResult r;
+  for (const SliceSource& s : sources)
+    r.bytes += s.entry.count * static_cast<int64_t>(sizeof(float));
+  TraceSpan span("checkpoint write", "checkpoint");
+  span.arg("bytes", r.bytes);
   const auto t0 = Clock::now();
   try {
     write_slice_file(path, sources);
@@ -18,8 +23,6 @@ CheckpointWriteResult write_now(const std::string& path, const std::vector<Slice
     r.error = e.what();
   }
   r.write_s = seconds_since(t0);
-  for (const SliceSource& s : sources)
-    r.bytes += s.entry.count * static_cast<int64_t>(sizeof(float));
   return r;
 }
 }  // namespace
@@ -55,6 +58,7 @@ void AsyncCheckpointWriter::start(const std::string& path, const std::vector<Sli
   finished_.store(false, std::memory_order_release);
   in_flight_ = true;
   thread_ = std::thread([this, path, copies = std::move(copies), blocked]() {
+    trace::name_thread("checkpoint writer");
     result_ = write_now(path, copies);
     result_.blocked_s = blocked;
     finished_.store(true, std::memory_order_release);

@@ -134,13 +134,26 @@ const Field kFields[] = {
     STRATA_FIELD(anomaly, replica_check_every),
     STRATA_FIELD(anomaly, straggler_factor),
     STRATA_FIELD(track, tensorboard),
+    Field{"post_train.register",
+          [](RunConfig& c) -> FieldRef { return &c.post_train.register_model; }},
+    STRATA_FIELD(post_train, name),
+    STRATA_FIELD(post_train, registry),
+    STRATA_FIELD(post_train, eval_command),
+    STRATA_FIELD(mlflow, tracking_uri),
+    STRATA_FIELD(mlflow, experiment),
+    STRATA_FIELD(mlflow, run_name),
+    STRATA_FIELD(mlflow, log_checkpoint),
+    STRATA_FIELD(profile, enabled),
+    STRATA_FIELD(profile, start_step),
+    STRATA_FIELD(profile, steps),
+    STRATA_FIELD(profile, max_events),
 };
 
 #undef STRATA_FIELD
 
-const char* const kSections[] = {"model", "train",   "optim",    "data",   "data.filters",
-                                 "run",   "system",  "parallel", "sample", "fp16",
-                                 "fault", "anomaly", "track"};
+const char* const kSections[] = {
+    "model",  "train", "optim", "data",    "data.filters", "run",     "system",     "parallel",
+    "sample", "fp16",  "fault", "anomaly", "track",        "profile", "post_train", "mlflow"};
 
 const Field* find_field(const std::string& key) {
   for (const Field& f : kFields)

@@ -10,6 +10,7 @@
 #include "data/data_config.h"
 #include "model/config.h"
 #include "optim/optim_config.h"
+#include "train/ecosystem_config.h"
 #include "train/reliability_config.h"
 
 namespace strata {
@@ -79,6 +80,15 @@ struct TrackConfig {
   bool tensorboard = true;
 };
 
+// [profile]: the tracer (core/trace.h) over a window of steps, as torch.profiler's schedule:
+// Chrome-trace JSON per rank in RUN_DIR/trace/rank_N.json, merged into RUN_DIR/trace/trace.json.
+struct ProfileConfig {
+  bool enabled = false;
+  int64_t start_step = 2;      // the first traced step (1-based; step 1 pays one-time costs)
+  int64_t steps = 3;           // steps traced
+  int64_t max_events = 65536;  // buffer per rank, preallocated (200 bytes an event)
+};
+
 struct RunConfig {
   ModelConfig model;
   TrainConfig train;
@@ -92,6 +102,9 @@ struct RunConfig {
   FaultConfig fault;      // [fault]: injected faults (reliability_config.h)
   AnomalyConfig anomaly;  // [anomaly]: detectors
   TrackConfig track;      // [track]: metric sinks
+  PostTrainConfig post_train;  // [post_train]: registry hand-off and evaluation
+  MlflowConfig mlflow;         // [mlflow]: MLflow tracking
+  ProfileConfig profile;       // [profile]: the tracer
 };
 
 // Parses TOML text; `source` names the file in messages. Overrides are "section.key=value" with the

@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "parallel/pipeline_schedule.h"
+#include "track/registry.h"
 
 namespace strata {
 
@@ -49,6 +50,10 @@ void validate_config(RunConfig& c, const std::string& where) {
         "anomaly.spike_window must be at least 2 and anomaly.spike_zscore positive");
   check(an.replica_check_every >= 0 && an.straggler_factor >= 0, where,
         "anomaly.replica_check_every and anomaly.straggler_factor must not be negative");
+  check(c.profile.start_step >= 1 && c.profile.steps >= 1 && c.profile.max_events >= 1000, where,
+        "profile.start_step and profile.steps must be at least 1 and profile.max_events at least "
+        "1000, got ",
+        c.profile.start_step, ", ", c.profile.steps, " and ", c.profile.max_events);
   check(c.optim.offload == "none" || c.optim.offload == "nvme", where, "optim.offload: '",
         c.optim.offload, "' (expected \"none\" or \"nvme\")");
   check(c.optim.offload_chunk_mb > 0, where, "optim.offload_chunk_mb: must be positive, got ",
@@ -155,6 +160,12 @@ void validate_config(RunConfig& c, const std::string& where) {
   check(c.sample.temperature >= 0, where, "sample.temperature: must be 0 (greedy) or more, got ",
         c.sample.temperature);
   check(c.sample.top_k >= 0, where, "sample.top_k: must be 0 (off) or more, got ", c.sample.top_k);
+  try {
+    if (c.post_train.register_model && !c.post_train.name.empty())
+      registry::check_name(c.post_train.name);
+  } catch (const Error& e) {
+    fail(where, ": post_train.name: ", e.what());
+  }
 }
 
 }  // namespace strata

@@ -1,5 +1,6 @@
 #include "train/token_source.h"
 
+#include "core/trace.h"
 #include "data/loader.h"
 
 namespace strata {
@@ -10,7 +11,10 @@ namespace {
 class LoaderSource : public TokenSource {
  public:
   explicit LoaderSource(std::unique_ptr<data::Loader> loader) : loader_(std::move(loader)) {}
-  void next(int32_t* inputs, int32_t* targets) override { loader_->next(inputs, targets); }
+  void next(int32_t* inputs, int32_t* targets) override {
+    const TraceSpan span("data", "data");
+    loader_->next(inputs, targets);
+  }
   nlohmann::json state() const override { return loader_->state(); }
   void restore(const nlohmann::json& state) override {
     loader_->restore(state.get<data::LoaderState>());

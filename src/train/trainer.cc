@@ -9,6 +9,7 @@
 
 #include "core/clock.h"
 #include "core/log.h"
+#include "core/trace.h"
 #include "data/prepare.h"
 #include "data/tokenizer.h"
 #include "data/unigram.h"
@@ -18,6 +19,8 @@
 #include "model/generate.h"
 #include "track/events.h"
 #include "train/checkpoint.h"
+#include "train/mlflow_run.h"
+#include "train/post_train.h"
 
 namespace strata {
 
@@ -123,7 +126,9 @@ Trainer::Trainer(RunConfig config, ProcessGroups* groups)
   peak_flops_ = measure_gemm_flops();
   if (is_rank0())
     metrics_ = std::make_unique<MetricsSink>(config_.run.dir, config_.track.tensorboard);
+  if (is_rank0()) mlflow_ = start_mlflow(config_);  // [mlflow]
   console_ = std::make_unique<ConsoleProgress>(config_.train.log_every);
+  profiler_.setup(config_.profile, config_.run.dir, groups_);  // [profile]: collective
   log::info("model: ", family_name(config_.model.family), " ", config_.model.n_layer,
             " layers, d_model ", config_.model.d_model, ", ", model_->params().size(),
             " parameters; ", omp_get_max_threads(), " threads; GEMM ", kernels::gemm_backend(),
@@ -381,6 +386,7 @@ StepResult Trainer::train_step() {
   r.skipped = !apply;
   if (scaler_) scaler_->update(!finite);
   r.optimizer_s = seconds_since(tick);
+  trace::complete_since("optimizer", "optimizer", tick);
   ++step_;
   r.step = step_;
   r.loss = loss;
@@ -398,6 +404,7 @@ StepResult Trainer::train_step() {
 }
 
 double Trainer::evaluate() {
+  const TraceSpan span("eval", "eval");
   if (!val_data_) return std::numeric_limits<double>::quiet_NaN();
   const TrainConfig& t = config_.train;
   val_data_->rewind();
@@ -465,6 +472,7 @@ void Trainer::write_metrics(const StepResult& r, double tokens_per_s, double mfu
                {"bubble_s", r.bubble_s},
                {"other_s", std::max(0.0, r.seconds - r.data_s - r.compute_s - r.comm_exposed_s -
                                              r.optimizer_s - r.bubble_s - r.tp_comm_s)}};
+  j["comm_share"] = r.seconds > 0 ? (r.comm_exposed_s + r.tp_comm_s) / r.seconds : 0.0;
   if (pipe_)
     j["pipeline"] = {{"bubble_fraction", r.bubble_fraction},
                      {"bubble_formula", r.bubble_formula},
@@ -491,6 +499,7 @@ void Trainer::write_metrics(const StepResult& r, double tokens_per_s, double mfu
     if (!per_group.empty()) j["comm"] = per_group;
   }
   if (metrics_) metrics_->write(j);
+  if (mlflow_) mlflow_->log(j);
 }
 
 double Trainer::run() {
@@ -505,6 +514,7 @@ double Trainer::run() {
   const int64_t first = step_;
   if (first >= t.steps) log::info("nothing to train: already at step ", first, " of ", t.steps);
   while (step_ < t.steps) {
+    profiler_.begin_step(step_ + 1);
     const StepResult r = train_step();
     if (r.step == first + 1) arena_.freeze();  // from here on the loop must not allocate
     smoothed = smoothed == 0 ? r.seconds : 0.9 * smoothed + 0.1 * r.seconds;
@@ -534,8 +544,10 @@ double Trainer::run() {
       heartbeat("checkpoint");
       begin_save();
     }
+    profiler_.end_step(r.step);  // writes the trace when the window closes (collective)
   }
   poll_checkpoint(true);  // the last checkpoint is committed before the job ends
+  profiler_.finish();
   console_->finish();
   if (arena_.allocations_after_freeze() > 0)
     log::warn(arena_.allocations_after_freeze(),
@@ -544,6 +556,8 @@ double Trainer::run() {
             std::isnan(val_loss) ? "" : cat(", val_loss ", val_loss));
   sample_at_end();
   heartbeat("done");
+  if (is_rank0()) run_post_train(config_, step_);  // [post_train]: registry, evaluation
+  if (mlflow_) finish_mlflow(*mlflow_, config_);   // artifacts, FINISHED
   return val_loss;
 }
 

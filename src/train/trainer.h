@@ -19,10 +19,12 @@
 #include "parallel/pipeline_executor.h"
 #include "track/console.h"
 #include "track/metrics.h"
+#include "track/mlflow.h"
 #include "train/anomaly.h"
 #include "train/async_checkpoint.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
+#include "train/profiler.h"
 #include "train/token_source.h"
 
 namespace strata {
@@ -159,6 +161,7 @@ class Trainer {
   std::optional<CheckpointWriteResult> ckpt_result_;  // this rank's write, once finished
   std::vector<float> offload_snapshot_;               // master, m, v read back from the files
   nlohmann::json last_checkpoint_;                    // the latest commit, for the next metrics
+  nlohmann::json lineage_;  // the checkpoint this run resumed from, and its ancestors (rank 0)
   std::unique_ptr<LossSpikeDetector> spikes_;
   int64_t nonfinite_run_ = 0;           // consecutive non-finite steps
   int64_t launch_attempt_ = 1;          // STRATA_LAUNCH_ATTEMPT (1 outside `strata launch`)
@@ -168,7 +171,9 @@ class Trainer {
   std::vector<int64_t> skip_batch_at_;  // steps whose batch is consumed untrained (rolled back)
   // metrics.jsonl and TensorBoard event files (rank 0 only)
   std::unique_ptr<MetricsSink> metrics_;
+  std::unique_ptr<MlflowLogger> mlflow_;  // [mlflow] (rank 0; null when off)
   std::unique_ptr<ConsoleProgress> console_;
+  StepProfiler profiler_;  // [profile]: the tracer's window of steps
 };
 
 // Measures this machine's f32 GEMM rate (FLOP/s) with the current thread count; used for MFU.

@@ -1,11 +1,14 @@
 // The trainer's checkpoints: which slices this rank saves, the asynchronous save and its
 // collective commit, and loading (on any layout, falling back past damaged checkpoints).
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 
 #include "core/clock.h"
 #include "core/log.h"
+#include "core/trace.h"
+#include "track/checkpoint_digest.h"
 #include "track/events.h"
 #include "train/trainer.h"
 
@@ -34,6 +37,7 @@ CheckpointState Trainer::checkpoint_state() const {
       {"generator", "philox4x32-10"}, {"seed", config_.train.seed}, {"draws_per_step", 0}};
   state.extra["optimizer"] = {{"type", "adamw"}, {"steps_taken", optimizer_steps()}};
   if (scaler_) state.extra["loss_scaler"] = scaler_->state();
+  if (!lineage_.is_null()) state.extra["lineage"] = lineage_;  // for the model registry
   return state;
 }
 
@@ -78,6 +82,7 @@ std::vector<SliceSource> Trainer::checkpoint_sources(bool read_offloaded) {
 
 void Trainer::begin_save() {
   if (pending_save_) poll_checkpoint(true);  // one save in flight at a time
+  const TraceSpan span("checkpoint save", "checkpoint");
   const std::string root = ckpt_root_of(config_);
   const CheckpointState state = checkpoint_state();
   // Rank 0 empties the directory every rank writes into before anyone does.
@@ -131,6 +136,7 @@ std::string Trainer::poll_checkpoint(bool wait) {
                  " failed (see the rank logs); the previous checkpoint is kept");
     }
   } else if (is_rank0()) {
+    const TraceSpan span("checkpoint commit", "checkpoint");
     const auto t0 = Clock::now();
     try {
       dir = commit_checkpoint(root, state, tokenizer_path_, config_.train.keep_last);
@@ -194,6 +200,15 @@ void Trainer::load_checkpoint(const std::string& dir) {
     m = master + n;
     v = master + 2 * n;
   }
+  // A weights-only checkpoint (strata import) has no Adam moments: they start from zero.
+  const bool moments = std::any_of(entries.begin(), entries.end(), [](const SliceEntry& e) {
+    return e.tensor.rfind("exp_avg.", 0) == 0;
+  });
+  if (!moments && m && v) {
+    const int64_t n = offload_ ? offload_->state_size() : optimizer_->state_size();
+    std::fill(m, m + n, 0.0f);
+    std::fill(v, v + n, 0.0f);
+  }
   float* pbase = params_sharded ? dp_->shard_params() : params.data();
   std::vector<SliceTarget> targets;
   for (int i = 0; i < params.count(); ++i) {
@@ -208,6 +223,7 @@ void Trainer::load_checkpoint(const std::string& dir) {
     };
     add("", pbase, params_sharded);
     if (master) add("", master, state_sharded);
+    if (!moments) continue;
     add("exp_avg.", m, state_sharded);
     add("exp_avg_sq.", v, state_sharded);
   }
@@ -282,6 +298,7 @@ void Trainer::restore(const std::string& newest) {
       scaler_->restore(state.extra["loss_scaler"]);
     if (!state.data.is_null() && !state.data.empty()) train_data_->restore(state.data);
     log::info("resumed from ", dir, " at step ", step_, " (data at ", train_data_->position(), ")");
+    if (is_rank0()) lineage_ = registry::checkpoint_lineage(dir);
     return;
   }
 }

@@ -121,5 +121,46 @@ fi
 expect_fail "optimizer.type" launch -n 2 --dry-run -- "$src/configs/tiny.toml" \
   --deepspeed "$work/ds_bad.json" "${ds_sets[@]}"
 
+# [profile]: a 2-rank pipeline (pp 2) traced over steps 2-3: one Chrome-trace file per rank and
+# the merged trace.json, with layer forward/backward, collectives (bytes, group), optimizer, data
+# and pipeline spans; every metrics line has the time split and the communication share.
+prof_sets=(--set model.n_layer=2 --set model.d_model=32 --set model.n_head=2 --set model.vocab_size=300
+  --set model.max_seq_len=32 --set train.seq_len=32 --set train.batch_size=2 --set train.steps=4
+  --set train.grad_accum=2 --set train.eval_every=0 --set train.eval_batches=1 --set parallel.pp=2
+  --set data.source=synthetic --set sample.max_new_tokens=0 --set run.dir="$work/run_prof"
+  --set profile.enabled=true --set profile.start_step=2 --set profile.steps=2)
+if out=$(OMP_NUM_THREADS=1 mpirun -np 2 --allow-run-as-root --oversubscribe --mca btl self,vader \
+  "$strata" train "$src/configs/tiny.toml" "${prof_sets[@]}" 2>&1) && python3 - "$work/run_prof" <<'PY'
+import json, sys
+run = sys.argv[1]
+for r in (0, 1):
+    json.load(open(f"{run}/trace/rank_{r}.json"))
+t = json.load(open(f"{run}/trace/trace.json"))
+x = [e for e in t["traceEvents"] if e["ph"] == "X"]
+names = {(e["pid"], e["name"]) for e in x}
+assert {e["pid"] for e in x} == {0, 1}, "events of both ranks"
+for rank, layer in ((0, 0), (1, 1)):  # stage 0 holds layer 0, stage 1 layer 1
+    for what in ("fwd layer", "bwd layer"):
+        assert (rank, f"{what} {layer}") in names, (rank, what, layer)
+for rank in (0, 1):
+    for name in ("step 2", "step 3", "optimizer", "data", "pipeline forward", "pipeline backward"):
+        assert (rank, name) in names, (rank, name)
+assert ("step 4" not in {n for _, n in names}) and ("step 1" not in {n for _, n in names})
+comm = [e for e in x if e["cat"] == "comm"]
+assert {e["name"] for e in comm} >= {"send", "recv", "all_reduce"}, {e["name"] for e in comm}
+assert all(e["args"]["bytes"] >= 0 and e["args"]["group"] for e in comm)
+assert any(e["name"] == "send" and e["args"]["group"] == "pp" and e["args"]["bytes"] > 0 for e in comm)
+assert any(e["cat"] == "pipeline" and e["name"].startswith("pipeline wait") for e in x)
+for line in open(f"{run}/metrics.jsonl"):
+    m = json.loads(line)
+    assert 0 <= m["comm_share"] <= 1 and m["time"]["bubble_s"] >= 0, m
+    assert all(k in m["time"] for k in ("data_s", "compute_s", "comm_exposed_s", "other_s"))
+PY
+then
+  passed=$((passed + 1))
+else
+  failed=$((failed + 1)); echo "FAILED: [profile] traces a 2-rank pipeline"; echo "$out" | tail -5
+fi
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

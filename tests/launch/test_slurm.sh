@@ -4,6 +4,7 @@
 #
 #   test_slurm.sh STRATA MPI_HELLO FAKE_RANK SOURCE_DIR launch   # (a) salloc, (b) sbatch --wait
 #   test_slurm.sh STRATA MPI_HELLO FAKE_RANK SOURCE_DIR train    # (c) a 2-rank training job
+#   test_slurm.sh STRATA MPI_HELLO FAKE_RANK SOURCE_DIR emit     # (d) strata launch --emit slurm
 #
 # (a) inside salloc, `strata launch` takes the srun --mpi=pmix path: an MPI job of 2 ranks with
 #     distinct SLURM_PROCID and PMIx ranks and MPI_COMM_WORLD of size 2; a failing rank is named
@@ -11,12 +12,14 @@
 # (b) the same MPI job from a generated batch script through `sbatch --wait`.
 # (c) `strata launch -n 2 -- configs/tiny.toml` (synthetic data, 3 steps) inside salloc writes
 #     3 lines of metrics.
+# (d) the sbatch script `strata launch --emit slurm` writes for a 2-rank job (tp 2, so both ranks
+#     share the node) runs through `sbatch --wait` and trains 3 steps.
 # Exit status: 0 passed, 1 failed, 77 skipped (SLURM cannot start on this machine; the reason is
 # printed).
 set -uo pipefail
 
 if [ $# -ne 5 ]; then
-  echo "usage: $0 STRATA MPI_HELLO FAKE_RANK SOURCE_DIR launch|train" >&2
+  echo "usage: $0 STRATA MPI_HELLO FAKE_RANK SOURCE_DIR launch|train|emit" >&2
   exit 2
 fi
 strata=$1 hello=$2 fake=$3 src=$4 mode=$5
@@ -156,8 +159,27 @@ elif [ "$mode" = train ]; then
   lines=$(wc -l <"$tmp/run/metrics.jsonl" 2>/dev/null || echo 0)
   [ "$lines" -eq 3 ] && pass "train: metrics.jsonl has 3 lines" ||
     fail "train: metrics.jsonl has $lines lines, not 3"
+elif [ "$mode" = emit ]; then
+  # (d) The generated batch script: #SBATCH lines for 1 node x 2 tasks, srun --mpi=pmix inside.
+  mkdir -p "$tmp/d"
+  run emit_script 60 "$strata" launch -n 2 --emit slurm --out "$tmp/d/job.sh" --job-name "$job_name" \
+    --workdir "$tmp/d" --cpus-per-task 1 --time 00:15:00 -- "$src/configs/tiny.toml" \
+    --set data.source=synthetic --set train.steps=3 --set model.n_layer=1 --set model.d_model=64 \
+    --set model.n_head=2 --set model.vocab_size=256 --set train.seq_len=32 \
+    --set model.max_seq_len=32 --set train.batch_size=2 --set parallel.tp=2 --set run.dir="$tmp/d/run"
+  [ $status -eq 0 ] || fail "emit: exit status $status"
+  sed 's/^/    job.sh: /' "$tmp/d/job.sh"
+  grep -q "^#SBATCH --ntasks-per-node=2$" "$tmp/d/job.sh" && grep -q "^exec srun --mpi=pmix" "$tmp/d/job.sh" &&
+    pass "emit: sbatch script with 2 tasks on one node and srun --mpi=pmix" ||
+    fail "emit: the script lacks its #SBATCH or srun line"
+  run sbatch_emit 600 sbatch --wait "$tmp/d/job.sh"
+  [ $status -eq 0 ] && pass "emit: sbatch --wait exit status 0" || fail "emit: sbatch exit status $status"
+  sed 's/^/    job: /' "$tmp/d/$job_name"-*.out 2>/dev/null | tail -20
+  lines=$(wc -l <"$tmp/d/run/metrics.jsonl" 2>/dev/null || echo 0)
+  [ "$lines" -eq 3 ] && pass "emit: the job trained 3 steps" ||
+    fail "emit: metrics.jsonl has $lines lines, not 3"
 else
-  echo "unknown mode '$mode' (launch or train)" >&2
+  echo "unknown mode '$mode' (launch, train or emit)" >&2
   exit 2
 fi
 

@@ -1,0 +1,303 @@
+#include "train/hf_names.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cstdlib>
+
+#include "core/error.h"
+
+namespace strata::hf {
+
+namespace {
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// The value a float config field means (1e-5f is written 1e-05, not 9.99999974737875e-06).
+double shortest(float f) {
+  char buf[32];
+  const auto r = std::to_chars(buf, buf + sizeof buf, f);
+  *r.ptr = '\0';
+  return std::strtod(buf, nullptr);
+}
+
+// Reads config.json fields, naming the file and the key in every error.
+struct Fields {
+  const nlohmann::json& j;
+  const std::string& source;
+
+  const nlohmann::json* find(const char* key) const {
+    const auto it = j.find(key);
+    return it == j.end() || it->is_null() ? nullptr : &*it;
+  }
+  int64_t integer(const char* key) const {
+    const nlohmann::json* v = find(key);
+    STRATA_CHECK(v, source, ": missing key \"", key, "\"");
+    STRATA_CHECK(v->is_number_integer(), source, ": \"", key, "\" must be an integer, found ",
+                 v->dump());
+    return v->get<int64_t>();
+  }
+  int64_t integer(const char* key, int64_t fallback) const {
+    return find(key) ? integer(key) : fallback;
+  }
+  float number(const char* key, double fallback) const {
+    const nlohmann::json* v = find(key);
+    if (!v) return static_cast<float>(fallback);
+    STRATA_CHECK(v->is_number(), source, ": \"", key, "\" must be a number, found ", v->dump());
+    return static_cast<float>(v->get<double>());
+  }
+  bool boolean(const char* key, bool fallback) const {
+    const nlohmann::json* v = find(key);
+    if (!v) return fallback;
+    STRATA_CHECK(v->is_boolean(), source, ": \"", key, "\" must be true or false, found ",
+                 v->dump());
+    return v->get<bool>();
+  }
+  std::string text(const char* key, const std::string& fallback) const {
+    const nlohmann::json* v = find(key);
+    if (!v) return fallback;
+    STRATA_CHECK(v->is_string(), source, ": \"", key, "\" must be a string, found ", v->dump());
+    return v->get<std::string>();
+  }
+  // A key whose only supported value is `want` (or its absence).
+  void require(const char* key, bool want, const char* why) const {
+    const bool got = boolean(key, want);
+    STRATA_CHECK(got == want, source, ": \"", key, "\" = ", got ? "true" : "false",
+                 " is not supported: ", why);
+  }
+};
+
+}  // namespace
+
+const char* architecture(ModelFamily family) {
+  return family == ModelFamily::gpt2 ? "GPT2LMHeadModel" : "LlamaForCausalLM";
+}
+
+std::vector<Rule> rules(const ModelConfig& c) {
+  const int64_t C = c.d_model, nq = c.n_head * c.head_dim(), nkv = c.kv_heads() * c.head_dim();
+  const int64_t F = c.d_ff, V = c.vocab_size, qkv = nq + 2 * nkv;
+  std::vector<Rule> out;
+  auto add = [&](const std::string& s, std::vector<int64_t> shape, const std::string& h,
+                 Placement pl = Placement::same, std::vector<int64_t> hs = {}, int64_t off = 0) {
+    if (hs.empty()) hs = pl == Placement::transposed ? std::vector{shape[1], shape[0]} : shape;
+    out.push_back(Rule{s, std::move(shape), h, std::move(hs), pl, off});
+  };
+  if (c.family == ModelFamily::gpt2) {
+    const std::string t = "transformer.";
+    add("embed.weight", {V, C}, t + "wte.weight");
+    add("pos_embed.weight", {c.max_seq_len, C}, t + "wpe.weight");
+    for (int64_t l = 0; l < c.n_layer; ++l) {
+      const std::string p = "layers." + std::to_string(l) + ".";
+      const std::string h = t + "h." + std::to_string(l) + ".";
+      for (const char* w : {"weight", "bias"}) add(p + "attn_norm." + w, {C}, h + "ln_1." + w);
+      const std::string qkv_w = h + "attn.c_attn.weight", qkv_b = h + "attn.c_attn.bias";
+      add(p + "attn.q.weight", {nq, C}, qkv_w, Placement::columns, {C, qkv}, 0);
+      add(p + "attn.k.weight", {nkv, C}, qkv_w, Placement::columns, {C, qkv}, nq);
+      add(p + "attn.v.weight", {nkv, C}, qkv_w, Placement::columns, {C, qkv}, nq + nkv);
+      add(p + "attn.q.bias", {nq}, qkv_b, Placement::segment, {qkv}, 0);
+      add(p + "attn.k.bias", {nkv}, qkv_b, Placement::segment, {qkv}, nq);
+      add(p + "attn.v.bias", {nkv}, qkv_b, Placement::segment, {qkv}, nq + nkv);
+      add(p + "attn.o.weight", {C, nq}, h + "attn.c_proj.weight", Placement::transposed);
+      add(p + "attn.o.bias", {C}, h + "attn.c_proj.bias");
+      for (const char* w : {"weight", "bias"}) add(p + "mlp_norm." + w, {C}, h + "ln_2." + w);
+      add(p + "mlp.fc.weight", {F, C}, h + "mlp.c_fc.weight", Placement::transposed);
+      add(p + "mlp.fc.bias", {F}, h + "mlp.c_fc.bias");
+      add(p + "mlp.proj.weight", {C, F}, h + "mlp.c_proj.weight", Placement::transposed);
+      add(p + "mlp.proj.bias", {C}, h + "mlp.c_proj.bias");
+    }
+    for (const char* w : {"weight", "bias"})
+      add(std::string("final_norm.") + w, {C}, t + "ln_f." + w);
+  } else {
+    add("embed.weight", {V, C}, "model.embed_tokens.weight");
+    for (int64_t l = 0; l < c.n_layer; ++l) {
+      const std::string p = "layers." + std::to_string(l) + ".";
+      const std::string h = "model.layers." + std::to_string(l) + ".";
+      add(p + "attn_norm.weight", {C}, h + "input_layernorm.weight");
+      add(p + "attn.q.weight", {nq, C}, h + "self_attn.q_proj.weight");
+      add(p + "attn.k.weight", {nkv, C}, h + "self_attn.k_proj.weight");
+      add(p + "attn.v.weight", {nkv, C}, h + "self_attn.v_proj.weight");
+      add(p + "attn.o.weight", {C, nq}, h + "self_attn.o_proj.weight");
+      add(p + "mlp_norm.weight", {C}, h + "post_attention_layernorm.weight");
+      add(p + "mlp.gate.weight", {F, C}, h + "mlp.gate_proj.weight");
+      add(p + "mlp.up.weight", {F, C}, h + "mlp.up_proj.weight");
+      add(p + "mlp.down.weight", {C, F}, h + "mlp.down_proj.weight");
+    }
+    add("final_norm.weight", {C}, "model.norm.weight");
+  }
+  if (!c.tie_embeddings) add("head.weight", {V, C}, "lm_head.weight");
+  return out;
+}
+
+bool is_ignored_buffer(const std::string& n) {
+  return ends_with(n, ".attn.bias") || ends_with(n, ".attn.masked_bias") ||
+         ends_with(n, ".rotary_emb.inv_freq");
+}
+
+void place(const Rule& r, const float* s, float* h) {
+  switch (r.placement) {
+    case Placement::same:
+    case Placement::segment: {
+      int64_t n = 1;
+      for (int64_t d : r.shape) n *= d;
+      std::copy(s, s + n, h + r.offset);
+      return;
+    }
+    case Placement::transposed:
+    case Placement::columns: {
+      const int64_t rows = r.shape[0], in = r.shape[1], total = r.hf_shape[1];
+      for (int64_t i = 0; i < in; ++i)
+        for (int64_t o = 0; o < rows; ++o) h[i * total + r.offset + o] = s[o * in + i];
+      return;
+    }
+  }
+}
+
+void extract(const Rule& r, const float* h, float* s) {
+  switch (r.placement) {
+    case Placement::same:
+    case Placement::segment: {
+      int64_t n = 1;
+      for (int64_t d : r.shape) n *= d;
+      std::copy(h + r.offset, h + r.offset + n, s);
+      return;
+    }
+    case Placement::transposed:
+    case Placement::columns: {
+      const int64_t rows = r.shape[0], in = r.shape[1], total = r.hf_shape[1];
+      for (int64_t o = 0; o < rows; ++o)
+        for (int64_t i = 0; i < in; ++i) s[o * in + i] = h[i * total + r.offset + o];
+      return;
+    }
+  }
+}
+
+nlohmann::json config_json(const ModelConfig& c, int64_t eos) {
+  nlohmann::json j;
+  j["architectures"] = {architecture(c.family)};
+  const nlohmann::json token = eos >= 0 ? nlohmann::json(eos) : nlohmann::json();
+  if (c.family == ModelFamily::gpt2) {
+    j["model_type"] = "gpt2";
+    j["vocab_size"] = c.vocab_size;
+    j["n_positions"] = c.max_seq_len;
+    j["n_embd"] = c.d_model;
+    j["n_layer"] = c.n_layer;
+    j["n_head"] = c.n_head;
+    j["n_inner"] = c.d_ff;
+    j["activation_function"] = "gelu_new";  // GELU, tanh approximation
+    j["layer_norm_epsilon"] = shortest(c.norm_eps);
+    j["resid_pdrop"] = j["embd_pdrop"] = j["attn_pdrop"] = 0.0;  // strata trains without dropout
+    j["scale_attn_weights"] = true;
+  } else {
+    j["model_type"] = "llama";
+    j["vocab_size"] = c.vocab_size;
+    j["max_position_embeddings"] = c.max_seq_len;
+    j["hidden_size"] = c.d_model;
+    j["intermediate_size"] = c.d_ff;
+    j["num_hidden_layers"] = c.n_layer;
+    j["num_attention_heads"] = c.n_head;
+    j["num_key_value_heads"] = c.kv_heads();
+    j["head_dim"] = c.head_dim();
+    j["hidden_act"] = "silu";
+    j["rms_norm_eps"] = shortest(c.norm_eps);
+    j["rope_theta"] = shortest(c.rope_theta);
+    j["rope_scaling"] = nullptr;
+    j["attention_bias"] = false;
+    j["mlp_bias"] = false;
+    j["attention_dropout"] = 0.0;
+    j["pretraining_tp"] = 1;
+  }
+  j["initializer_range"] = shortest(c.init_std);
+  j["tie_word_embeddings"] = c.tie_embeddings;
+  j["bos_token_id"] = token;
+  j["eos_token_id"] = token;
+  j["use_cache"] = true;
+  j["torch_dtype"] = "float32";
+  return j;
+}
+
+ModelConfig model_from_config_json(const nlohmann::json& j, const std::string& source) {
+  STRATA_CHECK(j.is_object(), source, ": expected a JSON object");
+  const Fields f{j, source};
+  std::string arch;
+  if (const nlohmann::json* a = f.find("architectures")) {
+    STRATA_CHECK(a->is_array() && !a->empty() && (*a)[0].is_string(), source,
+                 ": \"architectures\" must be a list of names, found ", a->dump());
+    arch = (*a)[0].get<std::string>();
+  }
+  const std::string type = f.text("model_type", "");
+  ModelConfig c;
+  if (arch == "GPT2LMHeadModel" || (arch.empty() && type == "gpt2")) {
+    c.family = ModelFamily::gpt2;
+  } else if (arch == "LlamaForCausalLM" || (arch.empty() && type == "llama")) {
+    c.family = ModelFamily::llama;
+  } else {
+    fail(source, ": \"architectures\" = [\"", arch, "\"] (\"model_type\" = \"", type,
+         "\") is not supported: strata imports GPT2LMHeadModel (model_type \"gpt2\") and "
+         "LlamaForCausalLM (model_type \"llama\")");
+  }
+  c.vocab_size = f.integer("vocab_size");
+  c.init_std = f.number("initializer_range", 0.02);
+  if (c.family == ModelFamily::gpt2) {
+    c.d_model = f.integer("n_embd");
+    c.n_layer = f.integer("n_layer");
+    c.n_head = f.integer("n_head");
+    c.n_kv_head = c.n_head;
+    c.d_ff = f.integer("n_inner", 4 * c.d_model);
+    c.max_seq_len = f.integer("n_positions");
+    c.norm_eps = f.number("layer_norm_epsilon", 1e-5);
+    c.tie_embeddings = f.boolean("tie_word_embeddings", true);
+    const std::string act = f.text("activation_function", "gelu_new");
+    STRATA_CHECK(act == "gelu_new" || act == "gelu_pytorch_tanh", source,
+                 ": \"activation_function\" = \"", act,
+                 "\" is not supported: strata's gpt2 uses GELU with the tanh approximation "
+                 "(\"gelu_new\" or \"gelu_pytorch_tanh\")");
+    f.require("scale_attn_weights", true, "strata scales attention scores by 1/sqrt(head_dim)");
+    f.require("scale_attn_by_inverse_layer_idx", false,
+              "strata scales every layer's attention scores alike");
+    f.require("add_cross_attention", false, "strata's decoders have no cross-attention");
+  } else {
+    c.d_model = f.integer("hidden_size");
+    c.n_layer = f.integer("num_hidden_layers");
+    c.n_head = f.integer("num_attention_heads");
+    c.n_kv_head = f.integer("num_key_value_heads", c.n_head);
+    c.d_ff = f.integer("intermediate_size");
+    c.max_seq_len = f.integer("max_position_embeddings", 2048);
+    c.norm_eps = f.number("rms_norm_eps", 1e-6);
+    c.rope_theta = f.number("rope_theta", 10000.0);
+    c.tie_embeddings = f.boolean("tie_word_embeddings", false);
+    const std::string act = f.text("hidden_act", "silu");
+    STRATA_CHECK(act == "silu", source, ": \"hidden_act\" = \"", act,
+                 "\" is not supported: strata's llama MLP is SwiGLU (\"silu\")");
+    STRATA_CHECK(c.n_head > 0 && c.d_model % c.n_head == 0, source,
+                 ": \"num_attention_heads\" = ", c.n_head,
+                 " does not divide \"hidden_size\" = ", c.d_model);
+    const int64_t hd = f.integer("head_dim", c.d_model / c.n_head);
+    STRATA_CHECK(hd == c.d_model / c.n_head, source, ": \"head_dim\" = ", hd,
+                 " is not supported: strata's heads are hidden_size / num_attention_heads = ",
+                 c.d_model / c.n_head, " wide");
+    // Newer transformers write the RoPE settings as "rope_parameters"; only the plain kind runs.
+    for (const char* key : {"rope_scaling", "rope_parameters"}) {
+      const nlohmann::json* r = f.find(key);
+      if (!r) continue;
+      const std::string kind = r->is_object() ? r->value("rope_type", r->value("type", "")) : "";
+      STRATA_CHECK(kind == "default", source, ": \"", key, "\" = ", r->dump(),
+                   " is not supported: strata implements plain RoPE (rope_theta only, no "
+                   "scaling); use a model without ",
+                   key);
+      if (r->contains("rope_theta"))
+        c.rope_theta = static_cast<float>(r->at("rope_theta").get<double>());
+    }
+    f.require("attention_bias", false, "strata's llama attention has no biases");
+    f.require("mlp_bias", false, "strata's llama MLP has no biases");
+  }
+  try {
+    c.finalize();
+  } catch (const Error& e) {
+    fail(source, " describes a model strata cannot build: ", e.what());
+  }
+  return c;
+}
+
+}  // namespace strata::hf

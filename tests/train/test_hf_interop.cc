@@ -1,0 +1,335 @@
+// Hugging Face interop: the name/layout mapping (train/hf_names.h), export of a checkpoint saved
+// with any layout, import (single file and sharded, f32 and bf16) back into identical tensors,
+// resuming training from an import, and the errors for what strata cannot run.
+// tests/train/check_hf_transformers.py checks the same files against transformers itself.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <set>
+
+#include "core/arena.h"
+#include "data/tokenizer.h"
+#include "io/atomic_file.h"
+#include "io/safetensors.h"
+#include "model/decoder.h"
+#include "small_run.h"
+#include "train/checkpoint.h"
+#include "train/config.h"
+#include "train/hf_export.h"
+#include "train/hf_import.h"
+#include "train/hf_names.h"
+#include "train/trainer.h"
+
+namespace strata {
+namespace {
+
+namespace fs = std::filesystem;
+
+RunConfig tiny(const std::string& family, bool tie, int vocab = 64) {
+  std::vector<std::string> sets = {"model.family=" + family, cat("model.vocab_size=", vocab),
+                                   std::string("model.tie_embeddings=") + (tie ? "true" : "false")};
+  if (family == "llama") sets.insert(sets.end(), {"model.n_kv_head=2", "model.d_ff=48"});
+  return parse_config(R"(
+[model]
+n_layer = 2
+n_head = 4
+d_model = 32
+max_seq_len = 16
+[train]
+batch_size = 2
+seq_len = 16
+)",
+                      "test", sets);
+}
+
+// Element i of parameter `name`: depends on nothing else, so every layout holds the same model.
+float value_of(const std::string& name, int64_t i) {
+  uint64_t h = 1469598103934665603ull;
+  for (char ch : name) h = (h ^ static_cast<uint8_t>(ch)) * 1099511628211ull;
+  h ^= static_cast<uint64_t>(i) * 0x9e3779b97f4a7c15ull;
+  h = (h ^ (h >> 29)) * 0xbf58476d1ce4e5b9ull;
+  return static_cast<float>(static_cast<int64_t>(h >> 40) % 20001 - 10000) * 1e-5f;
+}
+
+// Writes a checkpoint of step 7 as a job of tp x pp ranks would: every rank its own slices (the
+// first tp holder of replicated elements, never a tied head's stage copy).
+std::string write_checkpoint(const std::string& root, const RunConfig& run, int tp, int pp,
+                             const std::string& tokenizer = "") {
+  const std::string tmp = prepare_checkpoint_dir(root, 7);
+  int rank = 0;
+  for (int pr = 0; pr < pp; ++pr) {
+    for (int tr = 0; tr < tp; ++tr, ++rank) {
+      const ModelShard sh =
+          make_shard(run.model, tp, tr, false, pp, pr, 1, run.train.batch_size * run.train.seq_len);
+      ParamStore ps;
+      register_model_params(run.model, sh, ps);
+      ps.plan_layout();
+      std::vector<float> buf(static_cast<size_t>(ps.size()));
+      std::vector<SliceSource> sources;
+      for (const ParamInfo& p : ps.all()) {
+        std::vector<float> global(static_cast<size_t>(p.global_numel()));
+        for (size_t i = 0; i < global.size(); ++i) global[i] = value_of(p.name, i);
+        copy_global_to_local(p, global.data(), buf.data() + p.offset);
+        if (p.slice.holder_index != 0 || p.slice.stage_copy) continue;
+        sources.push_back(SliceSource{block_of(p, "", 0, p.numel), buf.data() + p.offset});
+      }
+      if (!sources.empty()) write_slice_file(rank_slice_path(tmp, rank), sources);
+    }
+  }
+  CheckpointState state;
+  state.step = 7;
+  state.config = config_to_json(run);
+  return commit_checkpoint(root, state, tokenizer, 0);
+}
+
+// The global tensors a checkpoint holds, by name.
+std::map<std::string, std::vector<float>> read_global(const std::string& ckpt,
+                                                      const ModelConfig& model) {
+  Arena arena;
+  ParamStore ps;
+  register_model_params(model, ModelShard::whole(model), ps);
+  ps.set_residency(true, false);
+  ps.allocate(arena);
+  load_checkpoint_tensors(ckpt, ps, ps.data(), nullptr, nullptr);
+  std::map<std::string, std::vector<float>> out;
+  for (int i = 0; i < ps.count(); ++i)
+    out[ps.info(i).name].assign(ps.param(i), ps.param(i) + ps.info(i).numel);
+  return out;
+}
+
+hf::ExportOptions no_tokenizer(const std::string& out) {
+  hf::ExportOptions o;
+  o.out_dir = out;
+  o.no_tokenizer = true;
+  return o;
+}
+
+TEST(HfNames, Gpt2TensorsAreConv1DWithPackedQkv) {
+  RunConfig run = tiny("gpt2", true);
+  std::set<std::string> names;
+  for (const hf::Rule& r : hf::rules(run.model)) {
+    names.insert(r.hf);
+    if (r.hf == "transformer.h.1.attn.c_attn.weight") {
+      EXPECT_EQ(r.hf_shape, (std::vector<int64_t>{32, 96}));
+    }
+    if (r.hf == "transformer.h.0.mlp.c_fc.weight") {
+      EXPECT_EQ(r.hf_shape, (std::vector<int64_t>{32, 128}));
+    }
+  }
+  EXPECT_EQ(names.size(), 4u + 12u * 2u);  // wte, wpe, ln_f (2) + 12 per block; head tied
+  EXPECT_TRUE(names.count("transformer.wpe.weight"));
+  EXPECT_FALSE(names.count("lm_head.weight"));
+  // k sits in columns [C, 2C) of c_attn, transposed.
+  hf::Rule k;
+  for (const hf::Rule& r : hf::rules(run.model))
+    if (r.strata == "layers.0.attn.k.weight") k = r;
+  std::vector<float> s(32 * 32), h(32 * 96, 0.0f), back(32 * 32);
+  for (size_t i = 0; i < s.size(); ++i) s[i] = static_cast<float>(i);
+  hf::place(k, s.data(), h.data());
+  EXPECT_EQ(h[5 * 96 + 32 + 3], s[3 * 32 + 5]);
+  hf::extract(k, h.data(), back.data());
+  EXPECT_EQ(back, s);
+}
+
+TEST(HfNames, LlamaTensorsKeepTheirLayout) {
+  RunConfig run = tiny("llama", false);
+  std::set<std::string> names;
+  for (const hf::Rule& r : hf::rules(run.model)) {
+    EXPECT_EQ(r.placement, hf::Placement::same) << r.strata;
+    names.insert(r.hf);
+    if (r.hf == "model.layers.0.self_attn.k_proj.weight") {
+      EXPECT_EQ(r.hf_shape, (std::vector<int64_t>{16, 32}));  // 2 kv heads of 8
+    }
+  }
+  EXPECT_EQ(names.size(), 3u + 9u * 2u);  // embed_tokens, norm, lm_head + 9 per block
+  const nlohmann::json j = hf::config_json(run.model, 63);
+  EXPECT_EQ(j["architectures"][0], "LlamaForCausalLM");
+  EXPECT_EQ(j["num_key_value_heads"], 2);
+  EXPECT_EQ(j["rms_norm_eps"].get<double>(), 1e-5);  // not 9.99999974737875e-06
+  const ModelConfig back = hf::model_from_config_json(j, "config.json");
+  EXPECT_EQ(back.kv_heads(), 2);
+  EXPECT_EQ(back.d_ff, 48);
+  EXPECT_EQ(back.norm_eps, run.model.norm_eps);
+  EXPECT_FALSE(back.tie_embeddings);
+}
+
+struct RoundTrip {
+  std::string family;
+  bool tie;
+  double shard_mb;  // 0: one file
+};
+
+void PrintTo(const RoundTrip& r, std::ostream* os) {
+  *os << r.family << (r.tie ? " tied" : " untied") << ", shards of " << r.shard_mb << " MB";
+}
+
+class HfRoundTrip : public ::testing::TestWithParam<RoundTrip> {};
+
+TEST_P(HfRoundTrip, ExportThenImportGivesIdenticalTensors) {
+  const RoundTrip& p = GetParam();
+  const std::string dir = test_support::fresh_dir("hf_rt_" + p.family + std::to_string(p.tie) +
+                                                  std::to_string(p.shard_mb > 0));
+  const RunConfig run = tiny(p.family, p.tie);
+  const std::string ckpt = write_checkpoint(dir + "/ckpt", run, 1, 1);
+  hf::ExportOptions o = no_tokenizer(dir + "/hf");
+  o.max_shard_bytes = static_cast<int64_t>(p.shard_mb * 1e6);
+  const hf::ExportReport e = hf::export_checkpoint(dir + "/ckpt", o);
+  EXPECT_EQ(e.step, 7);
+  EXPECT_EQ(fs::exists(dir + "/hf/model.safetensors.index.json"), p.shard_mb > 0);
+  if (p.shard_mb > 0) {
+    EXPECT_GE(io::ShardedSafetensors::open(dir + "/hf").num_shards(), 3u);
+  }
+  const hf::ImportReport i = hf::import_model(dir + "/hf", dir + "/imported");
+  EXPECT_EQ(resolve_checkpoint(dir + "/imported"), i.checkpoint);
+  EXPECT_TRUE(fs::exists(dir + "/imported/config.toml"));
+  const RunConfig reread = load_config(dir + "/imported/config.toml");
+  EXPECT_EQ(config_to_json(reread)["model"], config_to_json(run)["model"]);
+  EXPECT_EQ(read_global(i.checkpoint, run.model), read_global(ckpt, run.model));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Families, HfRoundTrip,
+    ::testing::Values(RoundTrip{"gpt2", true, 0}, RoundTrip{"gpt2", false, 0},
+                      RoundTrip{"llama", false, 0}, RoundTrip{"llama", true, 0},
+                      RoundTrip{"gpt2", true, 0.02}, RoundTrip{"llama", false, 0.02}),
+    [](const ::testing::TestParamInfo<RoundTrip>& param) {
+      const RoundTrip& p = param.param;
+      return p.family + (p.tie ? "_tied" : "_untied") + (p.shard_mb > 0 ? "_sharded" : "_one_file");
+    });
+
+TEST(HfExport, AnyLayoutExportsTheSameFiles) {
+  for (const std::string family : {"gpt2", "llama"}) {
+    const std::string dir = test_support::fresh_dir("hf_layout_" + family);
+    const RunConfig run = tiny(family, family == "gpt2");
+    write_checkpoint(dir + "/one", run, 1, 1);
+    write_checkpoint(dir + "/tp2", run, 2, 1);
+    write_checkpoint(dir + "/tp2pp2", run, 2, 2);  // gpt2: the head's tied copy on stage 1
+    std::string reference;
+    for (const char* layout : {"one", "tp2", "tp2pp2"}) {
+      const std::string out = dir + "/hf_" + layout;
+      hf::export_checkpoint(dir + "/" + layout, no_tokenizer(out));
+      const std::string bytes = io::read_file(out + "/model.safetensors");
+      if (reference.empty()) reference = bytes;
+      EXPECT_EQ(bytes, reference) << family << " saved with layout " << layout;
+    }
+  }
+}
+
+TEST(HfExport, Bf16RoundsAndImportsBack) {
+  const std::string dir = test_support::fresh_dir("hf_bf16");
+  const RunConfig run = tiny("llama", false);
+  const std::string ckpt = write_checkpoint(dir + "/ckpt", run, 1, 1);
+  hf::ExportOptions o = no_tokenizer(dir + "/hf");
+  o.dtype = DType::bf16;
+  hf::export_checkpoint(ckpt, o);
+  const auto st = io::ShardedSafetensors::open(dir + "/hf");
+  EXPECT_EQ(st.info("lm_head.weight").dtype, DType::bf16);
+  const hf::ImportReport i = hf::import_model(dir + "/hf", dir + "/imported");
+  const auto original = read_global(ckpt, run.model),
+             imported = read_global(i.checkpoint, run.model);
+  for (const auto& [name, values] : original)
+    for (size_t k = 0; k < values.size(); ++k)
+      ASSERT_EQ(imported.at(name)[k], bf16_to_f32(f32_to_bf16(values[k]))) << name << " " << k;
+}
+
+TEST(HfExport, ShipsTheTokenizerOrSaysWhatToDo) {
+  const std::string dir = test_support::fresh_dir("hf_tok");
+  const RunConfig run = tiny("gpt2", true, 320);
+  write_checkpoint(dir + "/bare", run, 1, 1);
+  hf::ExportOptions o;
+  o.out_dir = dir + "/hf";
+  try {
+    hf::export_checkpoint(dir + "/bare", o);
+    FAIL() << "exported without a tokenizer";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--tokenizer"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("--no-tokenizer"), std::string::npos) << e.what();
+  }
+  const data::Tokenizer tok =
+      data::Tokenizer::train({"In the beginning God created the heaven and the earth."}, 300);
+  tok.save(dir + "/tokenizer.json");
+  write_checkpoint(dir + "/with", run, 1, 1, dir + "/tokenizer.json");
+  const hf::ExportReport e = hf::export_checkpoint(dir + "/with", o);
+  EXPECT_EQ(io::read_file(dir + "/hf/tokenizer.json"), io::read_file(dir + "/tokenizer.json"));
+  const auto config = nlohmann::json::parse(io::read_file(dir + "/hf/config.json"));
+  EXPECT_EQ(config["eos_token_id"], tok.eot_id());
+  EXPECT_TRUE(fs::exists(dir + "/hf/tokenizer_config.json"));
+  const hf::ImportReport i = hf::import_model(dir + "/hf", dir + "/imported");
+  EXPECT_TRUE(fs::exists(fs::path(i.checkpoint) / "tokenizer.json")) << i.tokenizer;
+}
+
+TEST(HfImport, TrainingResumesFromAnImport) {
+  const std::string dir = test_support::fresh_dir("hf_resume");
+  const RunConfig run = tiny("llama", false);
+  const std::string ckpt = write_checkpoint(dir + "/ckpt", run, 1, 1);
+  hf::export_checkpoint(ckpt, no_tokenizer(dir + "/hf"));
+  hf::import_model(dir + "/hf", dir + "/imported");
+  const RunConfig c =
+      load_config(dir + "/imported/config.toml",
+                  {"run.dir=" + dir + "/run", "run.resume=" + dir + "/imported", "train.steps=2",
+                   "train.seq_len=16", "train.batch_size=2", "train.eval_every=0"});
+  Trainer t(c);
+  EXPECT_EQ(t.step(), 0);
+  const auto original = read_global(ckpt, run.model);
+  const ParamStore& ps = t.model().params();
+  for (int i = 0; i < ps.count(); ++i)
+    ASSERT_TRUE(std::equal(ps.param(i), ps.param(i) + ps.info(i).numel,
+                           original.at(ps.info(i).name).begin()))
+        << ps.info(i).name;
+  EXPECT_TRUE(std::isfinite(t.train_step().loss));
+}
+
+// Writes config.json after `edit` and expects import to fail naming `key`.
+void expect_import_error(const std::string& name, const std::string& family, bool tie,
+                         const std::function<void(nlohmann::json&)>& edit, const std::string& key) {
+  const std::string dir = test_support::fresh_dir("hf_err_" + name);
+  write_checkpoint(dir + "/ckpt", tiny(family, tie), 1, 1);
+  hf::export_checkpoint(dir + "/ckpt", no_tokenizer(dir + "/hf"));
+  auto j = nlohmann::json::parse(io::read_file(dir + "/hf/config.json"));
+  edit(j);
+  io::write_file_atomic(dir + "/hf/config.json", j.dump());
+  try {
+    hf::import_model(dir + "/hf", dir + "/imported");
+    FAIL() << name << ": imported";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << name << ": " << e.what();
+  }
+  EXPECT_FALSE(fs::exists(dir + "/imported/latest")) << name;
+}
+
+TEST(HfImport, UnsupportedConfigsNameTheKey) {
+  expect_import_error(
+      "arch", "llama", false, [](auto& j) { j["architectures"] = {"MistralForCausalLM"}; },
+      "LlamaForCausalLM (model_type \"llama\")");
+  expect_import_error(
+      "rope", "llama", false,
+      [](auto& j) {
+        j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 2}};
+      },
+      "\"rope_scaling\"");
+  expect_import_error(
+      "bias", "llama", false, [](auto& j) { j["attention_bias"] = true; },
+      "\"attention_bias\" = true is not supported");
+  expect_import_error(
+      "act", "gpt2", true, [](auto& j) { j["activation_function"] = "relu"; },
+      "\"activation_function\" = \"relu\"");
+  expect_import_error(
+      "head_dim", "llama", false, [](auto& j) { j["head_dim"] = 16; }, "\"head_dim\" = 16");
+  expect_import_error(
+      "untie", "llama", true, [](auto& j) { j["tie_word_embeddings"] = false; }, "lm_head.weight");
+  expect_import_error(
+      "tie", "llama", false, [](auto& j) { j["tie_word_embeddings"] = true; },
+      "lm_head.weight differs");
+  expect_import_error(
+      "shape", "gpt2", true, [](auto& j) { j["n_inner"] = 64; },
+      "transformer.h.0.mlp.c_fc.weight' has shape [32, 128]");
+  expect_import_error(
+      "missing", "gpt2", true, [](auto& j) { j.erase("n_embd"); }, "missing key \"n_embd\"");
+}
+
+}  // namespace
+}  // namespace strata
