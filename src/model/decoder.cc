@@ -238,23 +238,6 @@ LayerActivations Decoder::layer_view(const ActivationStore& a, int64_t local_lay
   return l;
 }
 
-const uint16_t* Decoder::lowp_weight(int idx) {
-  const ParamInfo& p = params_.info(idx);
-  const int g = p.group;
-  const float* source = params_.group_params(g);
-  // The same group at the same version holds the same values wherever it was gathered to.
-  const size_t e = lowp_single_slot_ ? 0 : static_cast<size_t>(g);
-  const int64_t base = lowp_single_slot_ ? 0 : params_.group_offset(g);
-  if (lowp_version_[e] != params_.version() || lowp_source_[e] != source ||
-      (lowp_single_slot_ && lowp_slot_group_ != g)) {
-    kernels::to_lowp(precision_, lowp_params_ + base, source, params_.group_size(g));
-    lowp_version_[e] = params_.version();
-    lowp_source_[e] = source;
-    lowp_slot_group_ = g;
-  }
-  return lowp_params_ + base + (p.offset - params_.group_offset(g));
-}
-
 void Decoder::linear_fwd(float* y, const float* x32, const uint16_t* xlp, int w, int bias,
                          int64_t n, int64_t in, int64_t out) {
   const float* b = bias >= 0 ? params_.param(bias) : nullptr;

@@ -128,6 +128,13 @@ class Decoder {
   const TensorParallel& tensor_parallel() const { return tp_; }
   ParamStore& params() { return params_; }
   const ParamStore& params() const { return params_; }
+  // bf16 training keeps a bf16 working copy of the weights that the optimizer can write as it
+  // updates the f32 masters (one pass over the parameters instead of two). bf16_copy_of: where
+  // the copy of the value at `param` (inside the resident flat parameters) lives; null when there
+  // is no such copy (f32 or f16 training, ZeRO-3's transient slot). bf16_copy_written: after an
+  // update that wrote every parameter's copy and bumped the version, the copy is current.
+  uint16_t* bf16_copy_of(const float* param);
+  void bf16_copy_written();
   const ModelParamIndex& index() const { return index_; }
   int64_t batch() const { return batch_; }
   int64_t seq_len() const { return seq_len_; }

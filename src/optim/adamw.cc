@@ -29,7 +29,8 @@ void AdamW::step(float lr, float grad_scale) {
   for (const OptimSegment& s : segments_) {
     const float wd = s.weight_decay ? config_.weight_decay : 0.0f;
     kernels::adamw_update(s.param, s.grad, m_ + s.state_offset, v_ + s.state_offset, s.count, lr,
-                          config_.beta1, config_.beta2, config_.eps, wd, grad_scale, step_);
+                          config_.beta1, config_.beta2, config_.eps, wd, grad_scale, step_,
+                          s.param_bf16);
   }
 }
 

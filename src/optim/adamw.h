@@ -18,6 +18,9 @@ struct OptimSegment {
   int64_t count = 0;
   bool weight_decay = false;
   int64_t state_offset = 0;  // where its moments live in the state buffers
+  // The bf16 working copy of these parameters (mixed precision), rounded from the new values as
+  // they are written; null when there is none to keep current.
+  uint16_t* param_bf16 = nullptr;
 };
 
 // One segment per parameter of the store, state laid out like the flat parameter buffer.

@@ -189,8 +189,24 @@ void Trainer::build_model() {
   targets_ = arena_.alloc<int32_t>(MemCategory::workspace, held * tokens, "target batch");
 }
 
+// bf16: AdamW rounds each updated master value into the model's bf16 working weights when its
+// segments cover every parameter (one rank, or dp without a ZeRO shard), saving the model a
+// second pass over them; otherwise the model converts each group on first use after the update.
+bool Trainer::attach_bf16_copy(std::vector<OptimSegment>& segments) {
+  int64_t covered = 0, total = 0;
+  for (const OptimSegment& s : segments) {
+    if (!model_->bf16_copy_of(s.param)) return false;
+    covered += s.count;
+  }
+  for (const ParamInfo& p : model_->params().all()) total += p.numel;
+  if (covered != total) return false;
+  for (OptimSegment& s : segments) s.param_bf16 = model_->bf16_copy_of(s.param);
+  return true;
+}
+
 void Trainer::make_optimizer(std::vector<OptimSegment> segments, int64_t state_size) {
   if (config_.optim.offload != "nvme") {
+    optimizer_writes_bf16_ = attach_bf16_copy(segments);
     optimizer_ = std::make_unique<AdamW>(std::move(segments), state_size, arena_, config_.optim);
     return;
   }
@@ -379,6 +395,7 @@ StepResult Trainer::train_step() {
       optimizer_->step(static_cast<float>(r.lr), scale);
     if (dp_) dp_->after_optimizer_step();
     params.bump_version();  // the 16-bit working weights refresh from the new master values
+    if (optimizer_writes_bf16_ && !offload_) model_->bf16_copy_written();
   } else if (!finite && scaler_) {
     log::info("step ", step_ + 1, ": fp16 gradients overflowed at loss scale ", loss_scale,
               "; update skipped");

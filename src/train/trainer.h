@@ -121,6 +121,7 @@ class Trainer {
   std::vector<float> to_global(const std::vector<float>& local_full);
   void build_model();
   void make_optimizer(std::vector<OptimSegment> segments, int64_t state_size);
+  bool attach_bf16_copy(std::vector<OptimSegment>& segments);
   int64_t optimizer_steps() const;
   void heartbeat(const char* phase);
   // Fault injection ([fault]) and the detectors ([anomaly]); trainer_anomaly.cc.
@@ -167,6 +168,7 @@ class Trainer {
   int64_t launch_attempt_ = 1;          // STRATA_LAUNCH_ATTEMPT (1 outside `strata launch`)
   std::vector<float> step_times_;       // per world rank, gathered for the straggler check
   bool spike_injected_ = false;         // fault.spike_step fires once per process
+  bool optimizer_writes_bf16_ = false;  // AdamW keeps the bf16 working weights current
   bool rollback_requested_ = false;     // a loss spike asked to go back to the last checkpoint
   std::vector<int64_t> skip_batch_at_;  // steps whose batch is consumed untrained (rolled back)
   // metrics.jsonl and TensorBoard event files (rank 0 only)

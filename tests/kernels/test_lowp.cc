@@ -133,6 +133,31 @@ TEST(Lowp, Bf16GemmTransposes) {
     }
 }
 
+// A dimension as long as a vocabulary is cut into chunks (m, n or the accumulated k, the longest
+// first): the product must not change beyond f32 reassociation, with and without beta, for every
+// transpose, including a remainder chunk and leading dimensions wider than the matrix.
+TEST(Lowp, Bf16GemmSplitsLongDimensions) {
+  struct Shape {
+    int64_t m, n, k;
+  };
+  for (const Shape s : {Shape{16500, 3, 5}, Shape{4, 20011, 3}, Shape{3, 5, 17000}})
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        const int64_t lda = (ta ? s.m : s.k) + 3, ldb = (tb ? s.k : s.n) + 1, ldc = s.n + 2;
+        Vec a = random_vec((ta ? s.k : s.m) * lda, 11), b = random_vec((tb ? s.n : s.k) * ldb, 12);
+        Vec c = random_vec(s.m * ldc, 13);
+        DVec ad, bd;
+        const auto al = rounded(DType::bf16, a, ad), bl = rounded(DType::bf16, b, bd);
+        DVec want = to_double(c);
+        ref::gemm<double>(ta, tb, s.m, s.n, s.k, 0.5, ad.data(), lda, bd.data(), ldb, 0.75,
+                          want.data(), ldc);
+        gemm_bf16(ta, tb, s.m, s.n, s.k, 0.5f, al.data(), lda, bl.data(), ldb, 0.75f, c.data(),
+                  ldc);
+        EXPECT_TRUE(close(c.data(), want.data(), s.m * ldc, 1e-5))
+            << s.m << "x" << s.n << "x" << s.k << " " << ta << tb;
+      }
+}
+
 // The bf16 cross-entropy writes over its own logits in doubling row blocks: its gradient must be
 // exactly the f32 kernel's rounded to bf16, and its losses exactly the f32 kernel's, for row
 // counts that end inside a block and with ignored rows.
@@ -147,8 +172,8 @@ TEST(Lowp, Bf16CrossEntropyIsTheF32GradientRounded) {
       for (int64_t i = 0; i < n; ++i)
         targets[i] = i % 7 == 3 ? -1 : static_cast<int32_t>((i * 31 + 5) % v);
       std::vector<float> ref = logits, lref(static_cast<size_t>(n)), lgot(lref.size());
-      const double want = cross_entropy_forward_backward(lref.data(), ref.data(), targets.data(), n,
-                                                         v, 0.125f);
+      const double want =
+          cross_entropy_forward_backward(lref.data(), ref.data(), targets.data(), n, v, 0.125f);
       std::vector<float> got = logits;
       const double have = cross_entropy_forward_backward_bf16(lgot.data(), got.data(),
                                                               targets.data(), n, v, 0.125f);
@@ -156,8 +181,8 @@ TEST(Lowp, Bf16CrossEntropyIsTheF32GradientRounded) {
       EXPECT_EQ(lgot, lref);
       const uint16_t* g = reinterpret_cast<const uint16_t*>(got.data());
       for (int64_t i = 0; i < n * v; ++i)
-        ASSERT_EQ(g[i], f32_to_bf16(ref[static_cast<size_t>(i)])) << "n " << n << " v " << v
-                                                                  << " element " << i;
+        ASSERT_EQ(g[i], f32_to_bf16(ref[static_cast<size_t>(i)]))
+            << "n " << n << " v " << v << " element " << i;
     }
   }
 }

@@ -280,5 +280,24 @@ TEST(VsReference, AdamwAndSumSquares) {
   EXPECT_NEAR(sum_squares(p.data(), count), want, 1e-12 * want);
 }
 
+// With a bf16 output, AdamW's f32 results are unchanged and the copy is exactly to_lowp's
+// rounding of them (a count that ends inside a block and inside a vector).
+TEST(VsReference, AdamwWritesTheBf16CopyExactly) {
+  const int64_t count = 5003;
+  Vec p = random_vec(count, 1), m = random_vec(count, 2, -0.1f, 0.1f),
+      v = random_vec(count, 3, 0.0f, 0.01f), g = random_vec(count, 4);
+  Vec p2 = p, m2 = m, v2 = v;
+  std::vector<uint16_t> copy(static_cast<size_t>(count), 0), want(copy.size());
+  adamw_update(p.data(), g.data(), m.data(), v.data(), count, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f,
+               2);
+  adamw_update(p2.data(), g.data(), m2.data(), v2.data(), count, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f,
+               0.5f, 2, copy.data());
+  EXPECT_EQ(p, p2);
+  EXPECT_EQ(m, m2);
+  EXPECT_EQ(v, v2);
+  to_lowp(DType::bf16, want.data(), p.data(), count);
+  EXPECT_EQ(copy, want);
+}
+
 }  // namespace
 }  // namespace strata::kernels

@@ -4,12 +4,13 @@
 #include <cmath>
 
 #include "kernels/cpu/kernels.h"
+#include "kernels/cpu/vec.h"
 
 namespace strata::kernels {
 
 void adamw_update(float* p, const float* g, float* m, float* v, int64_t count, float lr,
                   float beta1, float beta2, float eps, float weight_decay, float grad_scale,
-                  int64_t step) {
+                  int64_t step, uint16_t* p_bf16) {
   // Per-step scalars in double, once: bias corrections 1 - beta^step underflow nothing in double.
   const double bc1 = 1.0 - std::pow(double(beta1), double(step));
   const double bc2 = 1.0 - std::pow(double(beta2), double(step));
@@ -17,14 +18,26 @@ void adamw_update(float* p, const float* g, float* m, float* v, int64_t count, f
   const float inv_sqrt_bc2 = float(1.0 / std::sqrt(bc2));
   const float decay = 1.0f - lr * weight_decay;
   const float one_minus_b1 = 1.0f - beta1, one_minus_b2 = 1.0f - beta2;
-#pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < count; ++i) {
-    const float gi = g[i] * grad_scale;
-    const float mi = beta1 * m[i] + one_minus_b1 * gi;
-    const float vi = beta2 * v[i] + one_minus_b2 * gi * gi;
-    m[i] = mi;
-    v[i] = vi;
-    p[i] = p[i] * decay - step_size * mi / (std::sqrt(vi) * inv_sqrt_bc2 + eps);
+  // Blocks small enough that the bf16 rounding reads the updated values back from L1.
+  constexpr int64_t kBlock = 2048;
+#pragma omp parallel for schedule(static)
+  for (int64_t b0 = 0; b0 < count; b0 += kBlock) {
+    const int64_t end = std::min(count, b0 + kBlock);
+#pragma omp simd
+    for (int64_t i = b0; i < end; ++i) {
+      const float gi = g[i] * grad_scale;
+      const float mi = beta1 * m[i] + one_minus_b1 * gi;
+      const float vi = beta2 * v[i] + one_minus_b2 * gi * gi;
+      m[i] = mi;
+      v[i] = vi;
+      p[i] = p[i] * decay - step_size * mi / (std::sqrt(vi) * inv_sqrt_bc2 + eps);
+    }
+    if (p_bf16) {
+      for (int64_t i = b0; i < end; i += 16) {
+        const __mmask16 mask = vec::tail_mask(i, end);
+        _mm256_mask_storeu_epi16(p_bf16 + i, mask, vec::to_bf16(vec::load(p + i, mask)));
+      }
+    }
   }
 }
 

@@ -174,9 +174,11 @@ void scale_inplace(float* y, float s, int64_t count);                 // y *= s
 // ---- Optimizer ---------------------------------------------------------------------------------
 // PyTorch's AdamW, step >= 1: g' = g * grad_scale; p *= 1 - lr*wd; m = b1 m + (1-b1) g';
 // v = b2 v + (1-b2) g'^2; p -= (lr / (1 - b1^step)) * m / (sqrt(v) / sqrt(1 - b2^step) + eps).
+// With p_bf16, the updated parameters are also written rounded to bf16 (bit-identical to
+// to_lowp): the working copy of mixed precision refreshed in the same pass over memory.
 void adamw_update(float* p, const float* g, float* m, float* v, int64_t count, float lr,
                   float beta1, float beta2, float eps, float weight_decay, float grad_scale,
-                  int64_t step);
+                  int64_t step, uint16_t* p_bf16 = nullptr);
 // Sum of squares in double (for the global gradient norm).
 double sum_squares(const float* x, int64_t count);
 

@@ -1,0 +1,64 @@
+// Rotary position embedding, Hugging Face Llama convention (rotate_half): in every q and k head,
+// the pair (i, i + hd/2) is rotated by angle t * inv_freq[i], inv_freq[i] = theta^(-2i/hd).
+// One thread per pair (grid-stride). The angle is formed and reduced to [-pi, pi] in double, then
+// sincosf runs on the reduced angle in float, exactly as the CPU kernel does: at positions in the
+// thousands, forming the angle in float would lose about 1e-4 rad.
+#include "core/error.h"
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/kernels.h"
+
+namespace strata::cuda {
+
+namespace {
+
+__global__ void rope_kernel(float* __restrict__ qkv, int64_t rows, int64_t t, int64_t heads,
+                            int64_t row_stride, int64_t hd, double theta, float sign) {
+  const int64_t half = hd / 2;
+  const int64_t count = rows * heads * half;
+  for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < count;
+       idx += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t i = idx % half;
+    const int64_t rest = idx / half;
+    const int64_t h = rest % heads;
+    const int64_t r = rest / heads;
+    const int64_t ti = r % t;
+    const double inv_freq = pow(theta, -2.0 * double(i) / double(hd));
+    const double angle = double(ti) * inv_freq;
+    const double reduced = angle - 6.283185307179586 * rint(angle * 0.15915494309189535);
+    float sn, cs;
+    sincosf(float(reduced) * sign, &sn, &cs);
+    float* x1 = qkv + r * row_stride + h * hd + i;
+    float* x2 = x1 + half;
+    const float a = *x1, c = *x2;
+    *x1 = a * cs - c * sn;
+    *x2 = c * cs + a * sn;
+  }
+}
+
+void rope_rotate(float* qkv, int64_t b, int64_t t, int64_t nh, int64_t nkv, int64_t hd, float theta,
+                 float sign, cudaStream_t stream) {
+  STRATA_CHECK(hd > 0 && hd % 2 == 0, "rope: head_dim ", hd, " must be even and positive");
+  STRATA_CHECK(b >= 0 && t >= 0 && nh >= 0 && nkv >= 0, "rope: bad shape b=", b, " t=", t,
+               " nh=", nh, " nkv=", nkv);
+  const int64_t heads = nh + nkv;  // q heads then k heads; v is left alone
+  const int64_t count = b * t * heads * (hd / 2);
+  if (count == 0) return;
+  rope_kernel<<<detail::grid_for(count), detail::kThreads, 0, stream>>>(
+      qkv, b * t, t, heads, (nh + 2 * nkv) * hd, hd, double(theta), sign);
+  STRATA_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void rope_forward(float* qkv, int64_t b, int64_t t, int64_t nh, int64_t nkv, int64_t hd,
+                  float theta, cudaStream_t stream) {
+  rope_rotate(qkv, b, t, nh, nkv, hd, theta, 1.0f, stream);
+}
+
+void rope_backward(float* dqkv, int64_t b, int64_t t, int64_t nh, int64_t nkv, int64_t hd,
+                   float theta, cudaStream_t stream) {
+  rope_rotate(dqkv, b, t, nh, nkv, hd, theta, -1.0f, stream);
+}
+
+}  // namespace strata::cuda
