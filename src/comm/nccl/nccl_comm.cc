@@ -114,6 +114,20 @@ struct NcclComm::Args {
   size_t move_block_bytes = 0;
 };
 
+namespace {
+// One operation's arguments; bytes default to the whole buffer (count elements).
+NcclComm::Args op_args(CommOp kind, const void* send, void* recv, int64_t count, DType dtype) {
+  NcclComm::Args a;
+  a.kind = kind;
+  a.send = send;
+  a.recv = recv;
+  a.count = static_cast<size_t>(count);
+  a.dtype = dtype;
+  a.bytes = count * static_cast<int64_t>(dtype_size(dtype));
+  return a;
+}
+}  // namespace
+
 NcclComm::NcclComm(Comm& bootstrap, int device) {
   auto g = std::make_shared<nccl::Group>();
   g->name = bootstrap.name();
@@ -339,13 +353,8 @@ WorkHandle NcclComm::all_reduce(void* buf, int64_t count, DType dtype, ReduceOp 
   check_count(count, "all_reduce");
   nccl::reduce_op(dtype, op);  // throws for avg on integers, any reduction of u16
   if (count > 0) check_device_buffer(buf, "all_reduce");
-  Args a;
-  a.kind = CommOp::all_reduce;
-  a.recv = buf;
-  a.count = static_cast<size_t>(count);
-  a.dtype = dtype;
+  Args a = op_args(CommOp::all_reduce, nullptr, buf, count, dtype);
   a.op = op;
-  a.bytes = count * static_cast<int64_t>(dtype_size(dtype));
   return issue(a);
 }
 
@@ -355,14 +364,9 @@ WorkHandle NcclComm::reduce_scatter(const void* send, void* recv, int64_t recv_c
   nccl::reduce_op(dtype, op);
   const int64_t block = recv_count * static_cast<int64_t>(dtype_size(dtype));
   const int64_t total = block * size();
-  Args a;
-  a.kind = CommOp::reduce_scatter;
-  a.count = static_cast<size_t>(recv_count);
-  a.dtype = dtype;
+  Args a = op_args(CommOp::reduce_scatter, send, recv, recv_count, dtype);
   a.op = op;
   a.bytes = total;
-  a.send = send;
-  a.recv = recv;
   if (recv_count > 0) {
     check_device_buffer(send, "reduce_scatter");
     check_device_buffer(recv, "reduce_scatter");
@@ -394,14 +398,7 @@ WorkHandle NcclComm::all_gather(const void* send, void* recv, int64_t send_count
       STRATA_CHECK(s + block <= r || r + block * size() <= s, "comm: all_gather on group '", name(),
                    "': send overlaps recv but is not recv's block ", rank(), " (in place)");
   }
-  Args a;
-  a.kind = CommOp::all_gather;
-  a.send = send;
-  a.recv = recv;
-  a.count = static_cast<size_t>(send_count);
-  a.dtype = dtype;
-  a.bytes = block;
-  return issue(a);
+  return issue(op_args(CommOp::all_gather, send, recv, send_count, dtype));
 }
 
 WorkHandle NcclComm::broadcast(void* buf, int64_t count, DType dtype, int root) {
@@ -409,13 +406,8 @@ WorkHandle NcclComm::broadcast(void* buf, int64_t count, DType dtype, int root) 
   check_peer(root, "broadcast root");
   nccl::datatype(dtype);
   if (count > 0) check_device_buffer(buf, "broadcast");
-  Args a;
-  a.kind = CommOp::broadcast;
-  a.recv = buf;
-  a.count = static_cast<size_t>(count);
-  a.dtype = dtype;
+  Args a = op_args(CommOp::broadcast, nullptr, buf, count, dtype);
   a.peer = root;
-  a.bytes = count * static_cast<int64_t>(dtype_size(dtype));
   return issue(a);
 }
 
@@ -427,66 +419,42 @@ void check_tag(int tag, const char* what, const std::string& group) {
 }
 }  // namespace
 
-WorkHandle NcclComm::send(const void* buf, int64_t count, DType dtype, int peer, int tag) {
-  check_count(count, "send");
-  check_peer(peer, "send");
-  check_tag(tag, "send", name());
+WorkHandle NcclComm::point_to_point(const char* what, CommOp kind, bool exchange,
+                                    const void* send_buf, void* recv_buf, int64_t count,
+                                    DType dtype, int peer, int tag) {
+  check_count(count, what);
+  check_peer(peer, what);
+  check_tag(tag, what, name());
   nccl::datatype(dtype);
-  if (count > 0) check_device_buffer(buf, "send");
-  Args a;
-  a.kind = CommOp::send;
-  a.send = buf;
-  a.count = static_cast<size_t>(count);
-  a.dtype = dtype;
+  Args a = op_args(kind, send_buf, recv_buf, count, dtype);
+  a.exchange = exchange;
   a.peer = peer;
   a.tag = tag;
-  a.bytes = count * static_cast<int64_t>(dtype_size(dtype));
+  if (count > 0) {
+    if (send_buf) check_device_buffer(send_buf, what);
+    if (recv_buf) check_device_buffer(recv_buf, what);
+    if (exchange) {
+      const auto* s = static_cast<const char*>(send_buf);
+      const auto* r = static_cast<const char*>(recv_buf);
+      STRATA_CHECK(s + a.bytes <= r || r + a.bytes <= s, "comm: send_recv on group '", name(),
+                   "': send and recv buffers overlap");
+    }
+  }
   return issue(a);
 }
 
+WorkHandle NcclComm::send(const void* buf, int64_t count, DType dtype, int peer, int tag) {
+  return point_to_point("send", CommOp::send, false, buf, nullptr, count, dtype, peer, tag);
+}
+
 WorkHandle NcclComm::recv(void* buf, int64_t count, DType dtype, int peer, int tag) {
-  check_count(count, "recv");
-  check_peer(peer, "recv");
-  check_tag(tag, "recv", name());
-  nccl::datatype(dtype);
-  if (count > 0) check_device_buffer(buf, "recv");
-  Args a;
-  a.kind = CommOp::recv;
-  a.recv = buf;
-  a.count = static_cast<size_t>(count);
-  a.dtype = dtype;
-  a.peer = peer;
-  a.tag = tag;
-  a.bytes = count * static_cast<int64_t>(dtype_size(dtype));
-  return issue(a);
+  return point_to_point("recv", CommOp::recv, false, nullptr, buf, count, dtype, peer, tag);
 }
 
 WorkHandle NcclComm::send_recv(const void* send_buf, void* recv_buf, int64_t count, DType dtype,
                                int peer, int tag) {
-  check_count(count, "send_recv");
-  check_peer(peer, "send_recv");
-  check_tag(tag, "send_recv", name());
-  nccl::datatype(dtype);
-  const int64_t bytes = count * static_cast<int64_t>(dtype_size(dtype));
-  if (count > 0) {
-    check_device_buffer(send_buf, "send_recv");
-    check_device_buffer(recv_buf, "send_recv");
-    const auto* s = static_cast<const char*>(send_buf);
-    const auto* r = static_cast<const char*>(recv_buf);
-    STRATA_CHECK(s + bytes <= r || r + bytes <= s, "comm: send_recv on group '", name(),
-                 "': send and recv buffers overlap");
-  }
-  Args a;
-  a.kind = CommOp::send;
-  a.exchange = true;
-  a.send = send_buf;
-  a.recv = recv_buf;
-  a.count = static_cast<size_t>(count);
-  a.dtype = dtype;
-  a.peer = peer;
-  a.tag = tag;
-  a.bytes = bytes;
-  return issue(a);
+  return point_to_point("send_recv", CommOp::send, true, send_buf, recv_buf, count, dtype, peer,
+                        tag);
 }
 
 void NcclComm::barrier() {

@@ -93,6 +93,7 @@ void wait_host(const WorkHandle& work);
 
 class NcclComm final : public Comm {
  public:
+  struct Args;  // one operation's arguments (nccl_comm.cc)
   // Collective over `bootstrap` (a host Comm of the same ranks, e.g. an MpiComm of ProcessGroups):
   // its rank 0 creates the NCCL unique id, bootstrap.broadcast carries it to the others, and every
   // rank creates its NCCL communicator on `device`, which becomes (and stays) current on the
@@ -143,8 +144,9 @@ class NcclComm final : public Comm {
   void reset_stats() override;
 
  private:
-  struct Args;
   WorkHandle issue(const Args& args);
+  WorkHandle point_to_point(const char* what, CommOp kind, bool exchange, const void* send_buf,
+                            void* recv_buf, int64_t count, DType dtype, int peer, int tag);
   void check_count(int64_t count, const char* what) const;
   void check_peer(int peer, const char* what) const;
   void check_device_buffer(const void* p, const char* what) const;
