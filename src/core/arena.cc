@@ -12,7 +12,7 @@ constexpr size_t kHugePage = size_t{2} << 20;
 }
 
 Arena::~Arena() {
-  for (auto& [ptr, block] : blocks_) std::free(ptr);
+  for (auto& [ptr, block] : blocks_) memory_ ? memory_->free(ptr) : std::free(ptr);
 }
 
 void* Arena::allocate(MemCategory category, size_t bytes, std::string_view what) {
@@ -28,11 +28,16 @@ void* Arena::allocate(MemCategory category, size_t bytes, std::string_view what)
   if (frozen_) ++allocs_after_freeze_;
   const size_t align = bytes >= kHugePage ? kHugePage : 64;
   const size_t rounded = (std::max<size_t>(bytes, 1) + align - 1) / align * align;
-  void* ptr = std::aligned_alloc(align, rounded);
-  STRATA_CHECK(ptr != nullptr, "out of memory: the system refused ", rounded, " bytes for ", what,
-               " (category ", mem_category_name(category), ")");
-  if (align == kHugePage) madvise(ptr, rounded, MADV_HUGEPAGE);
-  std::memset(ptr, 0, rounded);  // first touch now, at start-up, not inside the step loop
+  void* ptr = nullptr;
+  if (memory_) {
+    ptr = memory_->allocate(rounded, align);
+  } else {
+    ptr = std::aligned_alloc(align, rounded);
+    STRATA_CHECK(ptr != nullptr, "out of memory: the system refused ", rounded, " bytes for ", what,
+                 " (category ", mem_category_name(category), ")");
+    if (align == kHugePage) madvise(ptr, rounded, MADV_HUGEPAGE);
+    std::memset(ptr, 0, rounded);  // first touch now, at start-up, not inside the step loop
+  }
   blocks_[ptr] = Block{bytes, category};
   stats_.current[c] += static_cast<int64_t>(bytes);
   stats_.total_current += static_cast<int64_t>(bytes);
@@ -50,7 +55,7 @@ void Arena::release(void* ptr) {
   stats_.current[c] -= static_cast<int64_t>(it->second.bytes);
   stats_.total_current -= static_cast<int64_t>(it->second.bytes);
   blocks_.erase(it);
-  std::free(ptr);
+  memory_ ? memory_->free(ptr) : std::free(ptr);
 }
 
 Tensor Arena::tensor(MemCategory category, DType dtype, std::initializer_list<int64_t> dims,

@@ -31,9 +31,21 @@ struct MemStats {
   int64_t total_peak = 0;
 };
 
+// Where an Arena's memory comes from when it is not host memory: a GPU backend's device memory
+// (kernels/cuda). allocate returns zero-filled memory aligned to `align`, or throws.
+class DeviceMemory {
+ public:
+  virtual ~DeviceMemory() = default;
+  virtual void* allocate(size_t bytes, size_t align) = 0;
+  virtual void free(void* ptr) = 0;
+  virtual std::string name() const = 0;  // "cuda:0", for messages
+};
+
 class Arena {
  public:
-  Arena() = default;
+  // memory: null for host memory; otherwise every buffer comes from it (a model on a GPU), with
+  // the same accounting, limit and freeze rules.
+  explicit Arena(DeviceMemory* memory = nullptr) : memory_(memory) {}
   ~Arena();
   Arena(const Arena&) = delete;
   Arena& operator=(const Arena&) = delete;
@@ -57,6 +69,7 @@ class Arena {
   void freeze() { frozen_ = true; }
   void unfreeze() { frozen_ = false; }
   int64_t allocations_after_freeze() const { return allocs_after_freeze_; }
+  DeviceMemory* memory() const { return memory_; }  // null: host memory
 
   MemStats stats() const;
   int64_t current(MemCategory c) const { return stats().current[static_cast<int>(c)]; }
@@ -67,6 +80,7 @@ class Arena {
     size_t bytes;
     MemCategory category;
   };
+  DeviceMemory* memory_ = nullptr;
   mutable std::mutex mutex_;
   std::unordered_map<void*, Block> blocks_;
   MemStats stats_;

@@ -102,9 +102,30 @@ void store_head_buffers(ActivationStore& s, const ModelConfig& cfg, const ModelS
   if (shard.tp > 1) s.ce_stats = act(3 * n, "cross-entropy statistics");
 }
 
+// Floats of the attention backward's scratch: the backend's sizes, or (null) the CPU kernels' on
+// `threads` threads (0: omp_get_max_threads()), which is what the planner counts.
+int64_t attention_scratch(const ModelConfig& cfg, const Backend* backend, int64_t batch,
+                          int64_t seq_len, int64_t nh, int64_t nkv, int threads) {
+  const int64_t hd = cfg.head_dim();
+  if (backend) {
+    return cfg.flash_attention()
+               ? std::max(
+                     backend->flash_attention_backward_scratch(batch, seq_len, nh, nkv, hd),
+                     backend->flash_attention_backward_bf16_scratch(batch, seq_len, nh, nkv, hd))
+               : backend->attention_backward_scratch(batch, seq_len, nh, nkv, hd);
+  }
+  return cfg.flash_attention()
+             ? std::max(
+                   kernels::flash_attention_backward_scratch(batch, seq_len, nh, nkv, hd, threads),
+                   kernels::flash_attention_backward_bf16_scratch(batch, seq_len, nh, nkv, hd,
+                                                                  threads))
+             : kernels::attention_backward_scratch(batch, seq_len, nh, nkv, hd, threads);
+}
+
 template <class A>
 void scratch_buffers(GradScratch& g, const ModelConfig& cfg, const ModelShard& shard, A& arena,
-                     int64_t batch, int64_t seq_len, DType precision, int threads) {
+                     int64_t batch, int64_t seq_len, DType precision, int threads,
+                     const Backend* backend) {
   const int64_t n = batch * seq_len, ns = shard.local_rows(n), c = cfg.d_model;
   const int64_t nh = shard.heads(cfg), nkv = shard.kv_heads(cfg), f = shard.ffn(cfg);
   const int64_t pre_width = cfg.family == ModelFamily::gpt2 ? f : 2 * f;
@@ -117,14 +138,7 @@ void scratch_buffers(GradScratch& g, const ModelConfig& cfg, const ModelShard& s
   g.dattn = ws(n * nh * cfg.head_dim(), "attention output gradient");
   g.dmlp_pre = ws(n * pre_width, "mlp pre-activation gradient");
   g.dmlp_act = ws(n * f, "mlp activation gradient");
-  const int64_t hd = cfg.head_dim();
-  const int64_t scratch =
-      cfg.flash_attention()
-          ? std::max(
-                kernels::flash_attention_backward_scratch(batch, seq_len, nh, nkv, hd, threads),
-                kernels::flash_attention_backward_bf16_scratch(batch, seq_len, nh, nkv, hd,
-                                                               threads))
-          : kernels::attention_backward_scratch(batch, seq_len, nh, nkv, hd, threads);
+  const int64_t scratch = attention_scratch(cfg, backend, batch, seq_len, nh, nkv, threads);
   g.attn_scratch = ws(std::max<int64_t>(1, scratch), "attention backward scratch");
   if (shard.sp) {
     g.full_a = ws(n * c, "sequence-parallel gather");
@@ -201,8 +215,8 @@ ActivationStore::ActivationStore(const ModelConfig& cfg, const ModelShard& shard
 }
 
 GradScratch::GradScratch(const ModelConfig& cfg, const ModelShard& shard, Arena& arena,
-                         int64_t batch, int64_t seq_len, DType precision) {
-  scratch_buffers(*this, cfg, shard, arena, batch, seq_len, precision, 0);
+                         int64_t batch, int64_t seq_len, DType precision, const Backend* backend) {
+  scratch_buffers(*this, cfg, shard, arena, batch, seq_len, precision, 0, backend);
 }
 
 // ---- the same buffers, counted --------------------------------------------------------------
@@ -237,10 +251,10 @@ MemBytes activation_store_bytes(const ModelConfig& cfg, const ModelShard& shard,
 }
 
 MemBytes grad_scratch_bytes(const ModelConfig& cfg, const ModelShard& shard, int64_t batch,
-                            int64_t seq_len, DType precision, int threads) {
+                            int64_t seq_len, DType precision, int threads, const Backend* backend) {
   MemCounter counter;
   GradScratch g;
-  scratch_buffers(g, cfg, shard, counter, batch, seq_len, precision, threads);
+  scratch_buffers(g, cfg, shard, counter, batch, seq_len, precision, threads, backend);
   return counter.bytes();
 }
 

@@ -11,6 +11,7 @@
 
 #include "core/arena.h"
 #include "core/dtype.h"
+#include "kernels/backend.h"
 #include "model/config.h"
 #include "model/shard.h"
 
@@ -104,8 +105,10 @@ struct ActivationStore {
 
 struct GradScratch {
   GradScratch() = default;
+  // `backend`: the device backward runs on, whose *_scratch functions size the attention
+  // backward scratch (null: the CPU kernels' sizes, as grad_scratch_bytes counts them).
   GradScratch(const ModelConfig& cfg, const ModelShard& shard, Arena& arena, int64_t batch,
-              int64_t seq_len, DType precision = DType::f32);
+              int64_t seq_len, DType precision = DType::f32, const Backend* backend = nullptr);
   float* dresid = nullptr;    // [ns, c] gradient of the residual stream
   float* dnorm = nullptr;     // [ns, c] gradient of a norm's output
   float* dqkv = nullptr;      // [n, qkv_width]
@@ -138,9 +141,11 @@ MemBytes activation_store_bytes(const ModelConfig& cfg, const ModelShard& shard,
                                 const RecomputePolicy& recompute = {},
                                 DType precision = DType::f32);
 // `threads`: the OpenMP threads backward will run on (0: omp_get_max_threads()), which sizes the
-// attention kernels' per-thread scratch.
+// CPU attention kernels' per-thread scratch. `backend`: count the scratch that backend asks for
+// instead (null: the CPU kernels', with `threads`).
 MemBytes grad_scratch_bytes(const ModelConfig& cfg, const ModelShard& shard, int64_t batch,
-                            int64_t seq_len, DType precision = DType::f32, int threads = 0);
+                            int64_t seq_len, DType precision = DType::f32, int threads = 0,
+                            const Backend* backend = nullptr);
 MemBytes recompute_buffer_bytes(const ModelConfig& cfg, const ModelShard& shard, Recompute mode,
                                 int64_t batch, int64_t seq_len, DType precision = DType::f32);
 

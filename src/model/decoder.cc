@@ -1,163 +1,42 @@
 #include "model/decoder.h"
 
-#include <cmath>
-#include <cstring>
 #include <string>
 
-#include "core/philox.h"
 #include "core/trace.h"
-#include "kernels/cpu/flash_attention.h"
-#include "kernels/cpu/kernels.h"
 
 namespace strata {
-
-namespace k = kernels;
-
-// ---- parameters --------------------------------------------------------------------------------
-
-ModelParamIndex register_model_params(const ModelConfig& cfg, const ModelShard& sh, ParamStore& p) {
-  const int64_t c = cfg.d_model, hd = cfg.head_dim();
-  const int64_t nh = sh.heads(cfg), nkv = sh.kv_heads(cfg), f = sh.ffn(cfg), v = sh.vocab(cfg);
-  const bool gpt2 = cfg.family == ModelFamily::gpt2, tp = sh.tp > 1;
-  const int final_group = static_cast<int>(cfg.n_layer) + 1;
-  // Slices: split along a dimension, or replicated over the tp group (then with sequence
-  // parallelism a norm's or position table's gradient is a partial sum over rows).
-  auto split = [&](int dim, int64_t begin, int64_t global) {
-    TensorSlice s;
-    if (!tp) return s;
-    s.dim = dim;
-    s.begin = begin;
-    s.global = global;
-    return s;
-  };
-  auto replicated = [&](bool row_partial) {
-    TensorSlice s;
-    if (!tp) return s;
-    s.holders = sh.tp;
-    s.holder_index = sh.tp_rank;
-    s.replicated = true;
-    s.sum_grads = row_partial && sh.sp;
-    return s;
-  };
-  // k and v: this rank's kv heads, split or (tp > n_kv_head) shared with tp / n_kv_head ranks
-  // whose query heads all read the same kv head; their gradients add up.
-  auto kv = [&](int64_t per_head) {
-    TensorSlice s = split(0, sh.kv_head_begin(cfg) * per_head, cfg.kv_heads() * per_head);
-    if (tp && sh.kv_holders(cfg) > 1) {
-      s.holders = sh.kv_holders(cfg);
-      s.holder_index = sh.tp_rank % sh.kv_holders(cfg);
-      s.sum_grads = true;
-    }
-    return s;
-  };
-  ModelParamIndex idx;
-  idx.blocks.resize(static_cast<size_t>(cfg.n_layer));
-  if (sh.has_embedding) {
-    idx.embed = p.add("embed.weight", {v, c}, 0, split(0, sh.vocab_begin(cfg), cfg.vocab_size));
-    if (cfg.learned_positions())
-      idx.pos_embed = p.add("pos_embed.weight", {cfg.max_seq_len, c}, 0, replicated(true));
-  }
-  for (int64_t l = 0; l < cfg.n_layer; ++l) {
-    if (!sh.holds_layer(l)) continue;
-    const std::string pre = "layers." + std::to_string(l) + ".";
-    const int g = static_cast<int>(l) + 1;
-    BlockParams& b = idx.blocks[l];
-    const int64_t q0 = sh.tp_rank * nh * hd, qall = cfg.n_head * hd;
-    b.attn_norm_w = p.add(pre + "attn_norm.weight", {c}, g, replicated(true));
-    if (gpt2) b.attn_norm_b = p.add(pre + "attn_norm.bias", {c}, g, replicated(true));
-    b.q_w = p.add(pre + "attn.q.weight", {nh * hd, c}, g, split(0, q0, qall));
-    b.k_w = p.add(pre + "attn.k.weight", {nkv * hd, c}, g, kv(hd));
-    b.v_w = p.add(pre + "attn.v.weight", {nkv * hd, c}, g, kv(hd));
-    if (gpt2) {
-      b.q_b = p.add(pre + "attn.q.bias", {nh * hd}, g, split(0, q0, qall));
-      b.k_b = p.add(pre + "attn.k.bias", {nkv * hd}, g, kv(hd));
-      b.v_b = p.add(pre + "attn.v.bias", {nkv * hd}, g, kv(hd));
-    }
-    b.o_w = p.add(pre + "attn.o.weight", {c, nh * hd}, g, split(1, q0, qall));
-    // A row-parallel bias is added after the reduction, and its gradient comes from the full
-    // rows of the output gradient: replicated, never partial.
-    if (gpt2) b.o_b = p.add(pre + "attn.o.bias", {c}, g, replicated(false));
-    b.mlp_norm_w = p.add(pre + "mlp_norm.weight", {c}, g, replicated(true));
-    const int64_t f0 = sh.tp_rank * f;
-    if (gpt2) {
-      b.mlp_norm_b = p.add(pre + "mlp_norm.bias", {c}, g, replicated(true));
-      b.fc_w = p.add(pre + "mlp.fc.weight", {f, c}, g, split(0, f0, cfg.d_ff));
-      b.fc_b = p.add(pre + "mlp.fc.bias", {f}, g, split(0, f0, cfg.d_ff));
-      b.proj_w = p.add(pre + "mlp.proj.weight", {c, f}, g, split(1, f0, cfg.d_ff));
-      b.proj_b = p.add(pre + "mlp.proj.bias", {c}, g, replicated(false));
-    } else {
-      b.gate_w = p.add(pre + "mlp.gate.weight", {f, c}, g, split(0, f0, cfg.d_ff));
-      b.up_w = p.add(pre + "mlp.up.weight", {f, c}, g, split(0, f0, cfg.d_ff));
-      b.down_w = p.add(pre + "mlp.down.weight", {c, f}, g, split(1, f0, cfg.d_ff));
-    }
-  }
-  if (sh.has_head) {
-    idx.final_norm_w = p.add("final_norm.weight", {c}, final_group, replicated(true));
-    if (gpt2) idx.final_norm_b = p.add("final_norm.bias", {c}, final_group, replicated(true));
-    const TensorSlice vocab = split(0, sh.vocab_begin(cfg), cfg.vocab_size);
-    if (!cfg.tie_embeddings) {
-      idx.head = p.add("head.weight", {v, c}, final_group, vocab);
-    } else if (!sh.has_embedding) {
-      // Megatron's word_embeddings_for_head: the last stage's copy of the tied embedding.
-      TensorSlice copy = vocab;
-      copy.stage_copy = true;
-      idx.head = p.add("embed.weight", {v, c}, final_group, copy);
-    }
-  }
-  return idx;
-}
-
-namespace {
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-}  // namespace
-
-void init_param_elements(const ModelConfig& config, const ParamInfo& info, uint64_t seed,
-                         int64_t begin, int64_t count, float* out) {
-  // GPT-2's scheme: N(0, std) for matrices, residual projections scaled by 1/sqrt(2L), zero
-  // biases, unit norm weights. Each element comes from (seed, name, global index) only.
-  if (ends_with(info.name, "norm.weight")) {
-    std::fill(out, out + count, 1.0f);
-    return;
-  }
-  if (ends_with(info.name, ".bias")) {
-    std::fill(out, out + count, 0.0f);
-    return;
-  }
-  const bool residual = ends_with(info.name, "attn.o.weight") ||
-                        ends_with(info.name, "mlp.proj.weight") ||
-                        ends_with(info.name, "mlp.down.weight");
-  const float std = residual
-                        ? config.init_std / std::sqrt(2.0f * static_cast<float>(config.n_layer))
-                        : config.init_std;
-  const CounterRng rng(seed, hash_name(info.name));
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < count; ++i)
-    out[i] =
-        static_cast<float>(std * rng.normal(static_cast<uint64_t>(info.global_index(begin + i))));
-}
 
 // ---- construction ------------------------------------------------------------------------------
 
 Decoder::Decoder(const ModelConfig& config, Arena& arena, int64_t batch, int64_t seq_len,
                  DecoderOptions o)
-    : config_(config), arena_(arena), batch_(batch), seq_len_(seq_len) {
+    : config_(config),
+      arena_(arena),
+      backend_(o.backend ? *o.backend : cpu_backend()),
+      batch_(batch),
+      seq_len_(seq_len) {
   config_.finalize();
+  STRATA_CHECK(config_.flash_attention() || backend_.supports_naive_attention(),
+               "model.attention = \"naive\" is not available on ",
+               device_kind_name(backend_.kind()), "; use \"flash\"");
+  STRATA_CHECK(arena.memory() == backend_.memory(), "Decoder: the arena's memory (",
+               arena.memory() ? arena.memory()->name() : std::string("host"),
+               ") is not the memory of the model's backend (",
+               backend_.memory() ? backend_.memory()->name() : std::string("host"),
+               "): construct the Arena with backend.memory()");
   STRATA_CHECK(seq_len <= config_.max_seq_len, "train.seq_len = ", seq_len,
                " exceeds model.max_seq_len = ", config_.max_seq_len);
   shard_ = o.shard ? *o.shard : ModelShard::whole(config_);
   STRATA_CHECK(shard_.tp == (o.tp ? o.tp->size() : 1),
                "Decoder: the shard's tp does not match the tensor-parallel group");
-  tp_ = TensorParallel(o.tp, shard_.sp);
+  tp_ = TensorParallel(o.tp, shard_.sp, &backend_);
   precision_ = o.precision;
   STRATA_CHECK(precision_ == DType::f32 || precision_ == DType::bf16 || precision_ == DType::f16,
                "Decoder: precision must be f32, bf16 or f16");
   index_ = register_model_params(config_, shard_, params_);
   if (o.plan) o.plan(params_);
   if (lowp()) params_.set_param_category(MemCategory::master);
-  params_.allocate(arena);
+  params_.allocate(arena, &backend_);
   if (lowp()) {
     // No resident f32 parameters means a strategy gathers each group on use (ZeRO-3): convert
     // the gathered group into one transient group-sized slot instead of keeping 2 bytes per
@@ -180,7 +59,7 @@ Decoder::Decoder(const ModelConfig& config, Arena& arena, int64_t batch, int64_t
           config_, shard_, shard_.chunks[chunk], shard_.chunk_has_embedding(chunk),
           shard_.chunk_has_head(chunk), arena, batch, seq_len, o.recompute, precision_));
   }
-  scratch_ = GradScratch(config_, shard_, arena, batch, seq_len, precision_);
+  scratch_ = GradScratch(config_, shard_, arena, batch, seq_len, precision_, &backend_);
   recompute_ = o.recompute;
   recompute_buffers_ = allocate_recompute_buffers(config_, shard_, recompute_.mode, arena, batch,
                                                   seq_len, precision_);
@@ -189,12 +68,7 @@ Decoder::Decoder(const ModelConfig& config, Arena& arena, int64_t batch, int64_t
 Decoder::Decoder(const ModelConfig& config, Arena& arena, int64_t batch, int64_t seq_len, int slots,
                  const std::function<void(ParamStore&)>& plan)
     : Decoder(config, arena, batch, seq_len,
-              DecoderOptions{slots, {}, plan, std::nullopt, nullptr, {}, DType::f32}) {}
-
-void Decoder::init(uint64_t seed) {
-  for (int i = 0; i < params_.count(); ++i)
-    init_param_elements(config_, params_.info(i), seed, 0, params_.info(i).numel, params_.param(i));
-}
+              DecoderOptions{slots, {}, plan, std::nullopt, nullptr, {}, DType::f32, nullptr}) {}
 
 const float* Decoder::head_weight() const {
   return params_.param(index_.head >= 0 ? index_.head : index_.embed);
@@ -242,24 +116,25 @@ void Decoder::linear_fwd(float* y, const float* x32, const uint16_t* xlp, int w,
                          int64_t n, int64_t in, int64_t out) {
   const float* b = bias >= 0 ? params_.param(bias) : nullptr;
   if (!lowp()) {
-    k::linear_forward(y, x32, params_.param(w), b, n, in, out);
+    backend_.linear_forward(y, x32, params_.param(w), b, n, in, out);
     return;
   }
-  k::linear_forward_lowp(precision_, y, xlp, lowp_weight(w), b, n, in, out, scratch_.f16_wide);
+  backend_.linear_forward_lowp(precision_, y, xlp, lowp_weight(w), b, n, in, out,
+                               scratch_.f16_wide);
 }
 
 void Decoder::linear_bwd(float* dx, float* dw, float* dbias, const float* dy, const float* x32,
                          const uint16_t* xlp, int w, int64_t n, int64_t in, int64_t out) {
   if (!lowp()) {
     if (dw) {
-      k::linear_backward(dx, dw, dbias, dy, x32, params_.param(w), n, in, out);
+      backend_.linear_backward(dx, dw, dbias, dy, x32, params_.param(w), n, in, out);
     } else {  // a tied head: dx only here, its weight gradient later
-      k::gemm(false, false, n, in, out, 1.0f, dy, out, params_.param(w), in, 0.0f, dx, in);
+      backend_.gemm(false, false, n, in, out, 1.0f, dy, out, params_.param(w), in, 0.0f, dx, in);
     }
     return;
   }
-  k::linear_backward_lowp(precision_, dx, dw, dbias, dy, scratch_.dy_lp, scratch_.dy_capacity, xlp,
-                          lowp_weight(w), n, in, out, scratch_.f16_wide);
+  backend_.linear_backward_lowp(precision_, dx, dw, dbias, dy, scratch_.dy_lp, scratch_.dy_capacity,
+                                xlp, lowp_weight(w), n, in, out, scratch_.f16_wide);
 }
 
 std::pair<const float*, const uint16_t*> Decoder::column_input(const float* x, uint16_t* keep,
@@ -267,28 +142,28 @@ std::pair<const float*, const uint16_t*> Decoder::column_input(const float* x, u
                                                                bool convert) {
   const int64_t c = config_.d_model;
   if (!lowp()) return {tp_.gather_rows(x, gather32, n, c), nullptr};
-  if (convert) k::to_lowp(precision_, keep, x, shard_.local_rows(n) * c);
+  if (convert) backend_.to_lowp(precision_, keep, x, shard_.local_rows(n) * c);
   return {nullptr, tp_.gather_rows(keep, scratch_.full_lp, n, c, precision_)};
 }
 
 // ---- forward -----------------------------------------------------------------------------------
 
 namespace {
-void norm_forward(const ModelConfig& cfg, float* y, float* mean, float* rstd, const float* x,
-                  const float* w, const float* bias, int64_t n) {
+void norm_forward(Backend& k, const ModelConfig& cfg, float* y, float* mean, float* rstd,
+                  const float* x, const float* w, const float* bias, int64_t n) {
   if (cfg.family == ModelFamily::gpt2)
-    k::layernorm_forward(y, mean, rstd, x, w, bias, n, cfg.d_model, cfg.norm_eps);
+    k.layernorm_forward(y, mean, rstd, x, w, bias, n, cfg.d_model, cfg.norm_eps);
   else
-    k::rmsnorm_forward(y, rstd, x, w, n, cfg.d_model, cfg.norm_eps);
+    k.rmsnorm_forward(y, rstd, x, w, n, cfg.d_model, cfg.norm_eps);
 }
 
-void norm_backward(const ModelConfig& cfg, float* dx, float* dw, float* db, const float* dy,
-                   const float* x, const float* w, const float* mean, const float* rstd,
-                   int64_t n) {
+void norm_backward(Backend& k, const ModelConfig& cfg, float* dx, float* dw, float* db,
+                   const float* dy, const float* x, const float* w, const float* mean,
+                   const float* rstd, int64_t n) {
   if (cfg.family == ModelFamily::gpt2)
-    k::layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, n, cfg.d_model);
+    k.layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, n, cfg.d_model);
   else
-    k::rmsnorm_backward(dx, dw, dy, x, w, rstd, n, cfg.d_model);
+    k.rmsnorm_backward(dx, dw, dy, x, w, rstd, n, cfg.d_model);
 }
 }  // namespace
 
@@ -298,21 +173,23 @@ void Decoder::embedding_forward(ActivationStore& a, const int32_t* tokens) {
     STRATA_CHECK(tokens[i] >= 0 && tokens[i] < v, "token id ", tokens[i], " at position ", i,
                  " is outside the vocabulary [0, ", v, ")");
   }
-  std::memcpy(a.inputs, tokens, static_cast<size_t>(n) * sizeof(int32_t));
+  backend_.copy_from_host(a.inputs, tokens, static_cast<size_t>(n) * sizeof(int32_t));
   const float* pos = index_.pos_embed >= 0 ? params_.param(index_.pos_embed) : nullptr;
   if (!tp_.active()) {
-    k::embedding_forward(a.embed_out, a.inputs, params_.param(index_.embed), pos, a.b, a.t, c);
+    backend_.embedding_forward(a.embed_out, a.inputs, params_.param(index_.embed), pos, a.b, a.t,
+                               c);
     return;
   }
   // Vocab-parallel: each rank looks up the tokens of its vocabulary block; the sum over ranks
   // (reduce-scattered to row blocks under sp) is the embedding. Positions are replicated and
   // added after the reduction, to this rank's rows.
   float* partial = tp_.sp() ? scratch_.full_b : a.embed_out;
-  k::embedding_range_forward(partial, a.inputs, params_.param(index_.embed),
-                             shard_.vocab_begin(config_), shard_.vocab(config_), n, c);
+  backend_.embedding_range_forward(partial, a.inputs, params_.param(index_.embed),
+                                   shard_.vocab_begin(config_), shard_.vocab(config_), n, c);
   tp_.reduce_rows(partial, a.embed_out, n, c);
   if (pos)
-    k::positions_add_forward(a.embed_out, pos, shard_.first_row(n), shard_.local_rows(n), a.t, c);
+    backend_.positions_add_forward(a.embed_out, pos, shard_.first_row(n), shard_.local_rows(n), a.t,
+                                   c);
 }
 
 void Decoder::row_parallel(float* out, const float* x32, const uint16_t* xlp, int w, int bias,
@@ -321,15 +198,15 @@ void Decoder::row_parallel(float* out, const float* x32, const uint16_t* xlp, in
   const float* b = bias >= 0 ? params_.param(bias) : nullptr;
   if (!tp_.active()) {
     linear_fwd(out, x32, xlp, w, bias, n, in, c);
-    k::add_inplace(out, residual, n * c);
+    backend_.add_inplace(out, residual, n * c);
     return;
   }
   float* partial = tp_.sp() ? scratch_.full_b : out;
   linear_fwd(partial, x32, xlp, w, -1, n, in, c);
   tp_.reduce_rows(partial, out, n, c);
   const int64_t ns = shard_.local_rows(n);
-  if (b) k::add_bias(out, b, ns, c);
-  k::add_inplace(out, residual, ns * c);
+  if (b) backend_.add_bias(out, b, ns, c);
+  backend_.add_inplace(out, residual, ns * c);
 }
 
 void Decoder::block_forward(int layer, ActivationStore& a, LayerActivations& l, const float* x) {
@@ -340,29 +217,30 @@ void Decoder::block_forward(int layer, ActivationStore& a, LayerActivations& l, 
   const int64_t f = shard_.ffn(cfg);
   auto P = [&](int idx) { return idx < 0 ? nullptr : params_.param(idx); };
 
-  norm_forward(cfg, l.attn_norm, l.attn_mean, l.attn_rstd, x, P(bp.attn_norm_w), P(bp.attn_norm_b),
-               ns);
+  norm_forward(backend_, cfg, l.attn_norm, l.attn_mean, l.attn_rstd, x, P(bp.attn_norm_w),
+               P(bp.attn_norm_b), ns);
   auto [in32, inlp] = column_input(l.attn_norm, l.attn_norm_lp, scratch_.full_a, n, true);
   linear_fwd(l.qkv, in32, inlp, bp.q_w, bp.q_b, n, c, shard_.qkv_width(cfg));
-  if (cfg.family == ModelFamily::llama) k::rope_forward(l.qkv, b, t, nh, nkv, hd, cfg.rope_theta);
+  if (cfg.family == ModelFamily::llama)
+    backend_.rope_forward(l.qkv, b, t, nh, nkv, hd, cfg.rope_theta);
   if (lowp()) {
     // q, k, v are kept in 16 bits; attention (scores, softmax, weighted sum in f32) reads the
     // rounded values in forward as backward will: bf16 flash attention reads them directly
     // (vdpbf16ps products), the other kernels widened to f32.
     const int64_t count = n * shard_.qkv_width(cfg);
-    k::to_lowp(precision_, l.qkv_lp, l.qkv, count);
-    if (!bf16_flash()) k::from_lowp(precision_, l.qkv, l.qkv_lp, count);
+    backend_.to_lowp(precision_, l.qkv_lp, l.qkv, count);
+    if (!bf16_flash()) backend_.from_lowp(precision_, l.qkv, l.qkv_lp, count);
   }
   if (bf16_flash())
-    k::flash_attention_forward_bf16(l.attn_out, l.lse, l.qkv_lp, b, t, nh, nkv, hd);
+    backend_.flash_attention_forward_bf16(l.attn_out, l.lse, l.qkv_lp, b, t, nh, nkv, hd);
   else if (cfg.flash_attention())
-    k::flash_attention_forward(l.attn_out, l.lse, l.qkv, b, t, nh, nkv, hd);
+    backend_.flash_attention_forward(l.attn_out, l.lse, l.qkv, b, t, nh, nkv, hd);
   else
-    k::attention_forward(l.attn_out, l.probs, l.qkv, b, t, nh, nkv, hd);
-  if (lowp()) k::to_lowp(precision_, l.attn_out_lp, l.attn_out, n * nh * hd);
+    backend_.attention_forward(l.attn_out, l.probs, l.qkv, b, t, nh, nkv, hd);
+  if (lowp()) backend_.to_lowp(precision_, l.attn_out_lp, l.attn_out, n * nh * hd);
   row_parallel(l.resid_mid, l.attn_out, l.attn_out_lp, bp.o_w, bp.o_b, x, n, nh * hd);
 
-  norm_forward(cfg, l.mlp_norm, l.mlp_mean, l.mlp_rstd, l.resid_mid, P(bp.mlp_norm_w),
+  norm_forward(backend_, cfg, l.mlp_norm, l.mlp_mean, l.mlp_rstd, l.resid_mid, P(bp.mlp_norm_w),
                P(bp.mlp_norm_b), ns);
   std::tie(in32, inlp) = column_input(l.mlp_norm, l.mlp_norm_lp, scratch_.full_a, n, true);
   // bf16 GELU writes the down GEMM's bf16 input straight away (no f32 activation to round).
@@ -370,14 +248,14 @@ void Decoder::block_forward(int layer, ActivationStore& a, LayerActivations& l, 
   if (cfg.family == ModelFamily::gpt2) {
     linear_fwd(l.mlp_pre, in32, inlp, bp.fc_w, bp.fc_b, n, c, f);
     if (gelu_bf16)
-      k::gelu_forward_bf16(l.mlp_act_lp, l.mlp_pre, n * f);
+      backend_.gelu_forward_bf16(l.mlp_act_lp, l.mlp_pre, n * f);
     else
-      k::gelu_forward(l.mlp_act, l.mlp_pre, n * f);
+      backend_.gelu_forward(l.mlp_act, l.mlp_pre, n * f);
   } else {
     linear_fwd(l.mlp_pre, in32, inlp, bp.gate_w, -1, n, c, 2 * f);
-    k::swiglu_forward(l.mlp_act, l.mlp_pre, n, f);
+    backend_.swiglu_forward(l.mlp_act, l.mlp_pre, n, f);
   }
-  if (lowp() && !gelu_bf16) k::to_lowp(precision_, l.mlp_act_lp, l.mlp_act, n * f);
+  if (lowp() && !gelu_bf16) backend_.to_lowp(precision_, l.mlp_act_lp, l.mlp_act, n * f);
   const int down = cfg.family == ModelFamily::gpt2 ? bp.proj_w : bp.down_w;
   row_parallel(l.resid_out, l.mlp_act, l.mlp_act_lp, down, bp.proj_b, l.resid_mid, n, f);
 }
@@ -387,7 +265,7 @@ void Decoder::head_forward(ActivationStore& a) {
   const int64_t n = a.b * a.t, c = cfg.d_model;
   hooks_->acquire_params(final_group());
   float* norm = a.final_norm ? a.final_norm : scratch_.final_norm;
-  norm_forward(cfg, norm, a.final_mean, a.final_rstd, a.layers.back().resid_out,
+  norm_forward(backend_, cfg, norm, a.final_mean, a.final_rstd, a.layers.back().resid_out,
                params_.param(index_.final_norm_w),
                index_.final_norm_b >= 0 ? params_.param(index_.final_norm_b) : nullptr,
                shard_.local_rows(n));
@@ -421,35 +299,36 @@ void Decoder::run_forward(int chunk, ActivationStore& a, const int32_t* tokens) 
 
 double Decoder::loss(ActivationStore& a, const int32_t* targets, bool backward, float grad_scale) {
   const int64_t n = a.b * a.t, v = config_.vocab_size;
-  std::memcpy(a.targets, targets, static_cast<size_t>(n) * sizeof(int32_t));
-  a.has_targets = true;
   int64_t valid = 0;
-  for (int64_t i = 0; i < n; ++i) {
+  for (int64_t i = 0; i < n; ++i) {  // targets: host memory
     STRATA_CHECK(targets[i] < v, "target token ", targets[i], " at position ", i,
                  " is outside the vocabulary [0, ", v, ")");
     valid += targets[i] >= 0;
   }
+  backend_.copy_from_host(a.targets, targets, static_cast<size_t>(n) * sizeof(int32_t));
+  a.has_targets = true;
   double sum = 0;
   // bf16: the head's backward GEMMs read bf16 dlogits, which the loss writes directly.
   a.dlogits_bf16 = backward && precision_ == DType::bf16 && !tp_.active();
   if (a.dlogits_bf16) {
-    sum = k::cross_entropy_forward_backward_bf16(a.losses, a.logits, a.targets, n, v, grad_scale);
+    sum = backend_.cross_entropy_forward_backward_bf16(a.losses, a.logits, a.targets, n, v,
+                                                       grad_scale);
   } else if (!tp_.active()) {
-    sum = backward
-              ? k::cross_entropy_forward_backward(a.losses, a.logits, a.targets, n, v, grad_scale)
-              : k::cross_entropy_forward(a.losses, a.logits, a.targets, n, v);
+    sum = backward ? backend_.cross_entropy_forward_backward(a.losses, a.logits, a.targets, n, v,
+                                                             grad_scale)
+                   : backend_.cross_entropy_forward(a.losses, a.logits, a.targets, n, v);
   } else {
     // Vocab-parallel: two all-reduces of per-row statistics instead of gathering the logits.
     const int64_t vl = shard_.vocab(config_), v0 = shard_.vocab_begin(config_);
     float* row_max = a.ce_stats;
     float* sum_exp = row_max + n;  // followed by target_logit: one all-reduce for both
     float* target_logit = sum_exp + n;
-    k::vocab_parallel_ce_max(row_max, a.logits, n, vl);
+    backend_.vocab_parallel_ce_max(row_max, a.logits, n, vl);
     tp_.all_reduce(row_max, n, ReduceOp::max);
-    k::vocab_parallel_ce_sums(sum_exp, target_logit, a.logits, row_max, a.targets, n, vl, v0);
+    backend_.vocab_parallel_ce_sums(sum_exp, target_logit, a.logits, row_max, a.targets, n, vl, v0);
     tp_.all_reduce(sum_exp, 2 * n, ReduceOp::sum);
-    sum = k::vocab_parallel_ce_finish(a.losses, a.logits, row_max, sum_exp, target_logit, a.targets,
-                                      n, vl, v0, backward, grad_scale);
+    sum = backend_.vocab_parallel_ce_finish(a.losses, a.logits, row_max, sum_exp, target_logit,
+                                            a.targets, n, vl, v0, backward, grad_scale);
   }
   return valid > 0 ? sum / static_cast<double>(valid) : 0.0;
 }
@@ -489,38 +368,39 @@ void Decoder::block_backward(int layer, ActivationStore& a, LayerActivations& l,
   const int down = cfg.family == ModelFamily::gpt2 ? bp.proj_w : bp.down_w;
   linear_bwd(s.dmlp_act, G(down), G(bp.proj_b), dy, l.mlp_act, l.mlp_act_lp, down, n, f, c);
   if (cfg.family == ModelFamily::gpt2)
-    k::gelu_backward(s.dmlp_pre, l.mlp_pre, s.dmlp_act, n * f);
+    backend_.gelu_backward(s.dmlp_pre, l.mlp_pre, s.dmlp_act, n * f);
   else
-    k::swiglu_backward(s.dmlp_pre, l.mlp_pre, s.dmlp_act, n, f);
+    backend_.swiglu_backward(s.dmlp_pre, l.mlp_pre, s.dmlp_act, n, f);
   auto [in32, inlp] = column_input(l.mlp_norm, l.mlp_norm_lp, s.full_b, n, false);
   const int up = cfg.family == ModelFamily::gpt2 ? bp.fc_w : bp.gate_w;
   const int64_t up_width = cfg.family == ModelFamily::gpt2 ? f : 2 * f;
   linear_bwd(dnorm_rows, G(up), G(bp.fc_b), s.dmlp_pre, in32, inlp, up, n, c, up_width);
   tp_.reduce_rows(dnorm_rows, s.dnorm, n, c);
-  norm_backward(cfg, s.dresid, G(bp.mlp_norm_w), G(bp.mlp_norm_b), s.dnorm, l.resid_mid,
+  norm_backward(backend_, cfg, s.dresid, G(bp.mlp_norm_w), G(bp.mlp_norm_b), s.dnorm, l.resid_mid,
                 P(bp.mlp_norm_w), l.mlp_mean, l.mlp_rstd, ns);
 
   // s.dresid now holds dL/d(residual after attention).
   dy = tp_.gather_rows(s.dresid, s.full_a, n, c);
   // Flash attention keeps attn_out in f32 (its backward reads it): round it again for the GEMM.
   if (lowp() && cfg.flash_attention())
-    k::to_lowp(precision_, l.attn_out_lp, l.attn_out, n * nh * hd);
+    backend_.to_lowp(precision_, l.attn_out_lp, l.attn_out, n * nh * hd);
   linear_bwd(s.dattn, G(bp.o_w), G(bp.o_b), dy, l.attn_out, l.attn_out_lp, bp.o_w, n, nh * hd, c);
   if (bf16_flash())
-    k::flash_attention_backward_bf16(s.dqkv, s.attn_scratch, s.dattn, l.qkv_lp, l.attn_out, l.lse,
-                                     b, t, nh, nkv, hd);
+    backend_.flash_attention_backward_bf16(s.dqkv, s.attn_scratch, s.dattn, l.qkv_lp, l.attn_out,
+                                           l.lse, b, t, nh, nkv, hd);
   else if (cfg.flash_attention())
-    k::flash_attention_backward(s.dqkv, s.attn_scratch, s.dattn, l.qkv, l.attn_out, l.lse, b, t, nh,
-                                nkv, hd);
+    backend_.flash_attention_backward(s.dqkv, s.attn_scratch, s.dattn, l.qkv, l.attn_out, l.lse, b,
+                                      t, nh, nkv, hd);
   else
-    k::attention_backward(s.dqkv, s.attn_scratch, s.dattn, l.qkv, l.probs, b, t, nh, nkv, hd);
-  if (cfg.family == ModelFamily::llama) k::rope_backward(s.dqkv, b, t, nh, nkv, hd, cfg.rope_theta);
+    backend_.attention_backward(s.dqkv, s.attn_scratch, s.dattn, l.qkv, l.probs, b, t, nh, nkv, hd);
+  if (cfg.family == ModelFamily::llama)
+    backend_.rope_backward(s.dqkv, b, t, nh, nkv, hd, cfg.rope_theta);
   std::tie(in32, inlp) = column_input(l.attn_norm, l.attn_norm_lp, s.full_b, n, false);
   linear_bwd(dnorm_rows, G(bp.q_w), G(bp.q_b), s.dqkv, in32, inlp, bp.q_w, n, c,
              shard_.qkv_width(cfg));
   tp_.reduce_rows(dnorm_rows, s.dnorm, n, c);
-  norm_backward(cfg, s.dresid, G(bp.attn_norm_w), G(bp.attn_norm_b), s.dnorm, x, P(bp.attn_norm_w),
-                l.attn_mean, l.attn_rstd, ns);
+  norm_backward(backend_, cfg, s.dresid, G(bp.attn_norm_w), G(bp.attn_norm_b), s.dnorm, x,
+                P(bp.attn_norm_w), l.attn_mean, l.attn_rstd, ns);
 }
 
 void Decoder::head_backward(ActivationStore& a) {
@@ -538,17 +418,17 @@ void Decoder::head_backward(ActivationStore& a) {
   const auto [in32, inlp] = column_input(a.final_norm, a.final_norm_lp, s.full_b, n, false);
   if (a.dlogits_bf16) {
     const uint16_t* dl = reinterpret_cast<const uint16_t*>(a.logits);
-    k::gemm_bf16(false, false, n, c, v, 1.0f, dl, v, lowp_weight(head), c, 0.0f, dx, c);
+    backend_.gemm_bf16(false, false, n, c, v, 1.0f, dl, v, lowp_weight(head), c, 0.0f, dx, c);
     if (!tied_in_place())
-      k::gemm_bf16(true, false, v, c, n, 1.0f, dl, v, inlp, c, 1.0f, head_grad(), c);
+      backend_.gemm_bf16(true, false, v, c, n, 1.0f, dl, v, inlp, c, 1.0f, head_grad(), c);
   } else {
     linear_bwd(dx, tied_in_place() ? nullptr : head_grad(), nullptr, a.logits, in32, inlp, head, n,
                c, v);
   }
   if (tied_in_place()) hooks_->release_params(0);
   tp_.reduce_rows(dx, s.dnorm, n, c);
-  std::memset(s.dresid, 0, static_cast<size_t>(ns * c) * sizeof(float));
-  norm_backward(cfg, s.dresid, params_.grad(index_.final_norm_w),
+  backend_.zero(s.dresid, static_cast<size_t>(ns * c) * sizeof(float));
+  norm_backward(backend_, cfg, s.dresid, params_.grad(index_.final_norm_w),
                 index_.final_norm_b >= 0 ? params_.grad(index_.final_norm_b) : nullptr, s.dnorm,
                 a.layers.back().resid_out, params_.param(index_.final_norm_w), a.final_mean,
                 a.final_rstd, ns);
@@ -563,24 +443,25 @@ void Decoder::embedding_backward(ActivationStore& a) {
   hooks_->begin_grads(0);
   float* dpos = index_.pos_embed >= 0 ? params_.grad(index_.pos_embed) : nullptr;
   if (!tp_.active()) {
-    k::embedding_backward(params_.grad(index_.embed), dpos, s.dresid, a.inputs, a.b, a.t, c);
+    backend_.embedding_backward(params_.grad(index_.embed), dpos, s.dresid, a.inputs, a.b, a.t, c);
   } else {
     if (dpos)
-      k::positions_add_backward(dpos, s.dresid, shard_.first_row(n), shard_.local_rows(n), a.t, c);
+      backend_.positions_add_backward(dpos, s.dresid, shard_.first_row(n), shard_.local_rows(n),
+                                      a.t, c);
     const float* d = tp_.gather_rows(s.dresid, s.full_a, n, c);
-    k::embedding_range_backward(params_.grad(index_.embed), d, a.inputs,
-                                shard_.vocab_begin(config_), shard_.vocab(config_), n, c);
+    backend_.embedding_range_backward(params_.grad(index_.embed), d, a.inputs,
+                                      shard_.vocab_begin(config_), shard_.vocab(config_), n, c);
   }
   if (tied_in_place()) {
     // dW_head[v, c] += dlogits^T[v, n] * final_norm[n, c]
     const int64_t v = shard_.vocab(config_);
     const auto [in32, inlp] = column_input(a.final_norm, a.final_norm_lp, s.full_b, n, false);
     if (!lowp())
-      k::gemm(true, false, v, c, n, 1.0f, a.logits, v, in32, c, 1.0f, params_.grad(index_.embed),
-              c);
+      backend_.gemm(true, false, v, c, n, 1.0f, a.logits, v, in32, c, 1.0f,
+                    params_.grad(index_.embed), c);
     else if (a.dlogits_bf16)
-      k::gemm_bf16(true, false, v, c, n, 1.0f, reinterpret_cast<const uint16_t*>(a.logits), v, inlp,
-                   c, 1.0f, params_.grad(index_.embed), c);
+      backend_.gemm_bf16(true, false, v, c, n, 1.0f, reinterpret_cast<const uint16_t*>(a.logits), v,
+                         inlp, c, 1.0f, params_.grad(index_.embed), c);
     else
       linear_bwd(nullptr, params_.grad(index_.embed), nullptr, a.logits, in32, inlp, index_.embed,
                  n, c, v);
@@ -604,13 +485,13 @@ void Decoder::run_backward(int chunk, ActivationStore& a) {
     // activations, and so the gradients, are bitwise those of a run that kept them.
     const Recompute mode = recompute_.for_layer(local);
     if (lowp() && mode != Recompute::full && !bf16_flash())  // widen the kept q, k, v
-      k::from_lowp(precision_, l.qkv, l.qkv_lp, a.b * a.t * shard_.qkv_width(config_));
+      backend_.from_lowp(precision_, l.qkv, l.qkv_lp, a.b * a.t * shard_.qkv_width(config_));
     if (mode == Recompute::full) {
       block_forward(layer, a, l, x);
     } else if (mode == Recompute::selective && !config_.flash_attention()) {
       const ModelConfig& cfg = config_;
-      k::attention_forward(recompute_buffers_.attn_out, l.probs, l.qkv, a.b, a.t, shard_.heads(cfg),
-                           shard_.kv_heads(cfg), cfg.head_dim());
+      backend_.attention_forward(recompute_buffers_.attn_out, l.probs, l.qkv, a.b, a.t,
+                                 shard_.heads(cfg), shard_.kv_heads(cfg), cfg.head_dim());
     }
     block_backward(layer, a, l, x);
     hooks_->end_grads(layer + 1);
@@ -657,9 +538,9 @@ double Decoder::chunk_loss(int chunk, int slot, const int32_t* targets, bool bac
 void Decoder::chunk_backward(int chunk, int slot, const float* doutput, float* dinput) {
   ActivationStore& a = *acts_[chunk][slot];
   const size_t bytes = static_cast<size_t>(boundary_elements()) * sizeof(float);
-  if (!shard_.chunk_has_head(chunk)) std::memcpy(scratch_.dresid, doutput, bytes);
+  if (!shard_.chunk_has_head(chunk)) backend_.copy(scratch_.dresid, doutput, bytes);
   run_backward(chunk, a);
-  if (!shard_.chunk_has_embedding(chunk)) std::memcpy(dinput, scratch_.dresid, bytes);
+  if (!shard_.chunk_has_embedding(chunk)) backend_.copy(dinput, scratch_.dresid, bytes);
 }
 
 double Decoder::train_flops_per_token() const {

@@ -7,6 +7,14 @@
 // sequence parallelism change the local shapes and insert the tp collectives (TensorParallel);
 // pipeline parallelism gives the rank some chunks of layers, run one at a time through the chunk
 // API below by a pipeline executor. One process is the shard that holds everything.
+//
+// The device is a Backend (kernels/backend.h, DecoderOptions::backend; default the CPU): every
+// kernel call and every copy, fill or zeroing of the model's buffers goes through it, and its
+// arena must take its memory from backend.memory(). Parameters, gradients, activations, logits
+// and chunk boundaries are therefore DEVICE pointers (plain host memory on the CPU backend):
+// accessors below hand them out as such, and a caller reads them on the host through
+// backend().copy_to_host. Token and target arrays are HOST pointers: the Decoder checks them and
+// copies them to the device itself.
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -82,6 +90,9 @@ struct DecoderOptions {
   // norms, softmax, attention, the loss and every gradient stay f32, and the ParamStore's f32
   // buffer becomes the master weights.
   DType precision = DType::f32;
+  // The device the model runs on (null: cpu_backend()). The arena must be constructed with
+  // backend->memory().
+  Backend* backend = nullptr;
 };
 
 class Decoder {
@@ -95,7 +106,7 @@ class Decoder {
   // Initialises every local parameter from (seed, global name, global element index) only.
   void init(uint64_t seed);
 
-  // Forward on inputs[b*t] (b <= batch, t <= seq_len) through all chunks (a rank holding the
+  // Forward on host inputs[b*t] (b <= batch, t <= seq_len) through all chunks (a rank holding the
   // whole depth: pp = 1). With targets, computes the per-token losses and returns their mean over
   // valid targets; without, leaves logits for logits().
   double forward(const int32_t* inputs, const int32_t* targets, int64_t b, int64_t t, int slot = 0);
@@ -108,8 +119,9 @@ class Decoder {
   // ---- chunk API (pipeline executor) ---------------------------------------------------------
   // Forward of chunk `chunk` for the micro-batch in `slot` (full batch and seq_len). The chunk
   // with the embedding reads `tokens`; any other reads chunk_input(chunk, slot), which the
-  // caller has filled (the activation received from the previous stage).
+  // caller has filled (the activation received from the previous stage). `tokens`: host memory.
   void chunk_forward(int chunk, int slot, const int32_t* tokens);
+  // Device pointers [boundary_elements()].
   float* chunk_input(int chunk, int slot) { return acts_[chunk][slot]->embed_out; }
   const float* chunk_output(int chunk, int slot) const;  // the last layer's output
   // On the chunk with the head, after chunk_forward: the mean loss over valid targets; with
@@ -117,15 +129,18 @@ class Decoder {
   double chunk_loss(int chunk, int slot, const int32_t* targets, bool backward, float grad_scale);
   // Backward of chunk `chunk`: starts from dlogits on the head chunk, otherwise from
   // doutput = dL/d(chunk output); leaves dL/d(chunk input) in dinput unless the chunk has the
-  // embedding. Both are [boundary_elements()].
+  // embedding. Both are device pointers [boundary_elements()].
   void chunk_backward(int chunk, int slot, const float* doutput, float* dinput);
   int64_t boundary_elements() const;  // rows this rank holds * d_model
   int num_chunks() const { return shard_.num_chunks(); }
 
-  const float* logits(int slot = 0) const { return acts_.back()[slot]->logits; }  // [b*t, v]
+  // [b*t, v], a device pointer: read it on the host through backend().copy_to_host.
+  const float* logits(int slot = 0) const { return acts_.back()[slot]->logits; }
+  Backend& backend() const { return backend_; }
   const ModelConfig& config() const { return config_; }
   const ModelShard& shard() const { return shard_; }
   const TensorParallel& tensor_parallel() const { return tp_; }
+  // Parameter and gradient pointers of the store are device pointers (see the top of this file).
   ParamStore& params() { return params_; }
   const ParamStore& params() const { return params_; }
   // bf16 training keeps a bf16 working copy of the weights that the optimizer can write as it
@@ -194,6 +209,7 @@ class Decoder {
   ModelShard shard_;
   TensorParallel tp_;
   Arena& arena_;
+  Backend& backend_;
   int64_t batch_, seq_len_;
   ParamStore params_;
   ModelParamIndex index_;

@@ -1,6 +1,5 @@
 // The 16-bit working copy of the weights under mixed precision: converted from the f32 masters
 // on first use after they change, or written by the optimizer as it updates them (bf16).
-#include "kernels/cpu/kernels.h"
 #include "model/decoder.h"
 
 namespace strata {
@@ -14,7 +13,7 @@ const uint16_t* Decoder::lowp_weight(int idx) {
   const int64_t base = lowp_single_slot_ ? 0 : params_.group_offset(g);
   if (lowp_version_[e] != params_.version() || lowp_source_[e] != source ||
       (lowp_single_slot_ && lowp_slot_group_ != g)) {
-    kernels::to_lowp(precision_, lowp_params_ + base, source, params_.group_size(g));
+    backend_.to_lowp(precision_, lowp_params_ + base, source, params_.group_size(g));
     lowp_version_[e] = params_.version();
     lowp_source_[e] = source;
     lowp_slot_group_ = g;

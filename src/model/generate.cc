@@ -15,12 +15,15 @@ std::vector<int32_t> generate(Decoder& model, const std::vector<int32_t>& prompt
   const int64_t v = model.config().vocab_size, window = model.seq_len();
   const CounterRng rng(options.seed, hash_name("sample"));
   std::vector<int32_t> tokens = prompt;
-  std::vector<float> probs(static_cast<size_t>(v));
+  std::vector<float> probs(static_cast<size_t>(v)), last(static_cast<size_t>(v));
   std::vector<int32_t> order(static_cast<size_t>(v));
   for (int64_t i = 0; i < options.max_new_tokens; ++i) {
     const int64_t t = std::min<int64_t>(window, static_cast<int64_t>(tokens.size()));
     model.forward(tokens.data() + tokens.size() - t, nullptr, 1, t);
-    const float* logits = model.logits() + (t - 1) * v;
+    // The last position's logits, from the model's device.
+    model.backend().copy_to_host(last.data(), model.logits() + (t - 1) * v,
+                                 static_cast<size_t>(v) * sizeof(float));
+    const float* logits = last.data();
     int32_t next = 0;
     if (options.temperature <= 0.0f) {
       next = static_cast<int32_t>(std::max_element(logits, logits + v) - logits);

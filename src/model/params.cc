@@ -124,7 +124,10 @@ std::vector<int64_t> ParamStore::group_sizes() const {
   return sizes;
 }
 
-void ParamStore::allocate(Arena& arena) {
+void ParamStore::allocate(Arena& arena, Backend* backend) {
+  backend_ = backend ? backend : &cpu_backend();
+  STRATA_CHECK(arena.memory() == backend_->memory(), "ParamStore: the arena's memory is not the ",
+               device_kind_name(backend_->kind()), " backend's");
   plan_layout();
   if (resident_params_) data_ = arena.alloc<float>(param_category_, total_, "parameters");
   if (resident_grads_) grad_ = arena.alloc<float>(MemCategory::grads, total_, "gradients");
@@ -147,7 +150,8 @@ int ParamStore::index_of(const std::string& name) const {
 
 Tensor ParamStore::param_tensor(int index) const {
   const ParamInfo& p = params_[index];
-  Tensor t(param(index), DType::f32, {});
+  Tensor t(param(index), DType::f32, {},
+           backend_->kind() == DeviceKind::cuda ? Device::cuda : Device::cpu);
   t.ndim = p.ndim;
   int64_t stride = 1;
   for (int k = p.ndim - 1; k >= 0; --k) {
@@ -160,7 +164,12 @@ Tensor ParamStore::param_tensor(int index) const {
 
 void ParamStore::zero_grads() {
   if (!grad_) return;
-    // Parallel: a large buffer cleared by one thread costs tens of milliseconds per step.
+  if (backend_->memory() != nullptr) {  // device memory
+    backend_->zero(grad_, static_cast<size_t>(total_) * sizeof(float));
+    return;
+  }
+  // Host memory, written in place. Parallel: a large buffer cleared by one thread costs tens of
+  // milliseconds per step.
 #pragma omp parallel for schedule(static)
   for (int64_t chunk = 0; chunk < (total_ + 65535) / 65536; ++chunk) {
     const int64_t begin = chunk * 65536, n = std::min<int64_t>(65536, total_ - begin);

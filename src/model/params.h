@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/arena.h"
+#include "kernels/backend.h"
 #include "model/shard.h"
 
 namespace strata {
@@ -51,7 +52,9 @@ class ParamStore {
   // Assigns offsets (the flat buffers are padded to a multiple of `pad_to` elements) and
   // allocates the resident parameter and gradient buffers that are asked for; a strategy that
   // shards them (ZeRO-3 parameters, ZeRO-2/3 gradients) binds groups to its own buffers.
-  void allocate(Arena& arena);
+  // `backend`: the device the buffers live on (null: the CPU), which zero_grads goes through;
+  // the arena's memory must be that backend's.
+  void allocate(Arena& arena, Backend* backend = nullptr);
   // Offsets only, without allocating (for planning and sharding strategies).
   void plan_layout();
   // Zero elements left after group g's parameters in the flat layout (call before planning), so
@@ -80,7 +83,9 @@ class ParamStore {
     const ParamInfo& p = params_[index];
     return group_grads_[p.group] + (p.offset - group_offset_[p.group]);
   }
-  // The resident flat buffers (null when not allocated).
+  // The resident flat buffers (null when not allocated). param, grad, data, grads, group_params,
+  // group_grads and param_tensor are DEVICE pointers of backend(): read or write them on the host
+  // only when backend().memory() is null (host memory), otherwise through the backend.
   float* data() const { return data_; }
   float* grads() const { return grad_; }
 
@@ -94,7 +99,8 @@ class ParamStore {
   float* group_grads(int g) const { return group_grads_[g]; }
   Tensor param_tensor(int index) const;
 
-  void zero_grads();
+  void zero_grads();  // through the backend
+  Backend& backend() const { return *backend_; }
 
   // The category the resident parameter buffer is accounted in (mixed precision keeps f32
   // master weights here and a 16-bit working copy elsewhere: "master").
@@ -117,6 +123,7 @@ class ParamStore {
   bool resident_params_ = true, resident_grads_ = true;
   MemCategory param_category_ = MemCategory::params;
   int64_t version_ = 0;
+  Backend* backend_ = &cpu_backend();
 };
 
 }  // namespace strata

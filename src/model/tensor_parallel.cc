@@ -1,18 +1,17 @@
 #include "model/tensor_parallel.h"
 
-#include <cstring>
-
 namespace strata {
 
-TensorParallel::TensorParallel(Comm* comm, bool sequence_parallel)
+TensorParallel::TensorParallel(Comm* comm, bool sequence_parallel, Backend* backend)
     : comm_(comm),
       size_(comm ? comm->size() : 1),
       rank_(comm ? comm->rank() : 0),
-      sp_(sequence_parallel && size_ > 1) {}
+      sp_(sequence_parallel && size_ > 1),
+      backend_(backend ? backend : &cpu_backend()) {}
 
 void TensorParallel::reduce_rows(float* partial, float* out, int64_t n, int64_t c) const {
   if (!active()) {
-    if (out != partial) std::memcpy(out, partial, static_cast<size_t>(n * c) * sizeof(float));
+    if (out != partial) backend_->copy(out, partial, static_cast<size_t>(n * c) * sizeof(float));
     return;
   }
   if (sp_) {
@@ -20,7 +19,7 @@ void TensorParallel::reduce_rows(float* partial, float* out, int64_t n, int64_t 
     return;
   }
   comm_->all_reduce(partial, n * c, DType::f32, ReduceOp::sum)->wait();
-  if (out != partial) std::memcpy(out, partial, static_cast<size_t>(n * c) * sizeof(float));
+  if (out != partial) backend_->copy(out, partial, static_cast<size_t>(n * c) * sizeof(float));
 }
 
 const float* TensorParallel::gather_rows(const float* x, float* full, int64_t n, int64_t c) const {

@@ -9,24 +9,27 @@
 //                (backward: all-gather).
 // So two functions cover all four directions: gather_rows (sp all-gather, else nothing) and
 // reduce_rows (sp reduce-scatter, else all-reduce). With tp = 1 both do nothing.
-// Collectives are waited for at once: they sit on the critical path of a layer.
+// Collectives are waited for at once: they sit on the critical path of a layer. Every pointer is
+// a device pointer of the backend (null: the CPU), which copies between buffers.
 #pragma once
 #include <cstdint>
 
 #include "comm/comm.h"
+#include "kernels/backend.h"
 
 namespace strata {
 
 class TensorParallel {
  public:
   TensorParallel() = default;  // tp = 1
-  TensorParallel(Comm* comm, bool sequence_parallel);
+  TensorParallel(Comm* comm, bool sequence_parallel, Backend* backend = nullptr);
 
   int size() const { return size_; }
   int rank() const { return rank_; }
   bool sp() const { return sp_; }
   bool active() const { return size_ > 1; }
   Comm* comm() const { return comm_; }
+  Backend& backend() const { return *backend_; }
 
   // partial[n, c]: this rank's partial sums over all n rows. `out` receives the sum over ranks:
   // every row (all-reduce; out may be partial itself) or, with sp, this rank's n/tp rows.
@@ -43,6 +46,7 @@ class TensorParallel {
   Comm* comm_ = nullptr;
   int size_ = 1, rank_ = 0;
   bool sp_ = false;
+  Backend* backend_ = &cpu_backend();
 };
 
 }  // namespace strata

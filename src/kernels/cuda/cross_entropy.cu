@@ -3,6 +3,7 @@
 // combines the pairs (in double for the sums: the CPU sums in double too, and the combined sum
 // has up to v terms). With the gradient, a second pass writes (exp(x - max) / sum - onehot) *
 // grad_scale over the logits. Rows with target < 0 get loss 0 and a zero gradient row.
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -93,6 +94,43 @@ __global__ void cross_entropy_kernel(float* __restrict__ losses, float* __restri
   }
 }
 
+// cross_entropy_forward_backward_bf16 for rows [r0, r0 + gridDim.x): the loss as above, then the
+// gradient as bf16 at byte 2 (row v + j) of the logits. Every row this launch overwrites (rows
+// < r0; see kernels.h) was finished by an earlier launch, except row 0 over itself: there the
+// bf16 of element j lands in f32 element j / 2, possibly another thread's input. So the row goes
+// in chunks of blockDim.x elements, each read into registers before a barrier and written after
+// it: chunk k's writes reach f32 elements below the end of chunk k, all read by then. The other
+// rows pay one barrier per chunk for not branching on the row.
+__global__ void cross_entropy_bf16_kernel(float* losses, float* logits,
+                                          const int32_t* __restrict__ targets, int64_t r0,
+                                          int64_t v, float grad_scale) {
+  // No __restrict__ on logits: the f32 reads and the bf16 writes share its storage.
+  const int64_t row = r0 + blockIdx.x;
+  const float* x = logits + row * v;
+  uint16_t* g = reinterpret_cast<uint16_t*>(logits) + row * v;
+  const int32_t target = targets[row];
+  if (target < 0) {  // the same for the whole block: no barrier is skipped by part of it
+    if (threadIdx.x == 0) losses[row] = 0.0f;
+    for (int64_t j = threadIdx.x; j < v; j += blockDim.x) g[j] = 0;
+    return;
+  }
+  const MaxSum ms = block_max_sum(x, v);
+  if (threadIdx.x == 0) {
+    losses[row] = target < v ? float(log(ms.s) + double(ms.m) - double(x[target])) : NAN;
+  }
+  const float k = float(double(grad_scale) / ms.s);
+  for (int64_t j0 = 0; j0 < v; j0 += blockDim.x) {
+    const int64_t j = j0 + threadIdx.x;
+    float d = 0.0f;
+    if (j < v) {
+      d = expf(x[j] - ms.m) * k;
+      if (j == target) d -= grad_scale;
+    }
+    __syncthreads();  // this chunk's reads (and thread 0's x[target]) before any write
+    if (j < v) g[j] = detail::f32_to_bf16_bits(d);
+  }
+}
+
 __global__ void sum_losses_kernel(double* __restrict__ total, const float* __restrict__ losses,
                                   const int32_t* __restrict__ targets, int64_t n) {
   double s = 0.0;
@@ -124,6 +162,21 @@ void cross_entropy_forward(float* losses, const float* logits, const int32_t* ta
 void cross_entropy_forward_backward(float* losses, float* logits, const int32_t* targets, int64_t n,
                                     int64_t v, float grad_scale, cudaStream_t stream) {
   launch(losses, logits, targets, n, v, grad_scale, true, stream);
+}
+
+void cross_entropy_forward_backward_bf16(float* losses, float* logits, const int32_t* targets,
+                                         int64_t n, int64_t v, float grad_scale,
+                                         cudaStream_t stream) {
+  STRATA_CHECK(n >= 0 && v > 0 && n < (int64_t{1} << 31),
+               "cross_entropy_forward_backward_bf16: bad shape n=", n, " v=", v);
+  // Blocks of doubling size (see kernels.h): {0}, {1}, {2, 3}, {4..7}, ...
+  for (int64_t r0 = 0; r0 < n;) {
+    const int64_t r1 = std::min(n, r0 == 0 ? int64_t{1} : 2 * r0);
+    cross_entropy_bf16_kernel<<<unsigned(r1 - r0), kCeThreads, 0, stream>>>(losses, logits, targets,
+                                                                            r0, v, grad_scale);
+    STRATA_CUDA_CHECK_LAUNCH();
+    r0 = r1;
+  }
 }
 
 void sum_losses(double* total, const float* losses, const int32_t* targets, int64_t n,

@@ -15,8 +15,10 @@ cudaDataType_t cuda_type(DType t) {
       return CUDA_R_32F;
     case DType::bf16:
       return CUDA_R_16BF;
+    case DType::f16:
+      return CUDA_R_16F;
     default:
-      fail("GemmLt: dtype ", dtype_name(t), " is not supported (f32 or bf16)");
+      fail("GemmLt: dtype ", dtype_name(t), " is not supported (f32, bf16 or f16)");
   }
 }
 
@@ -67,8 +69,8 @@ void validate(const GemmArgs& g) {
   STRATA_CHECK(g.lda >= (g.trans_a ? g.m : g.k), "GemmLt: lda too small (", describe(g), ")");
   STRATA_CHECK(g.ldb >= (g.trans_b ? g.k : g.n), "GemmLt: ldb too small (", describe(g), ")");
   STRATA_CHECK(g.ldc >= g.n, "GemmLt: ldc too small (", describe(g), ")");
-  STRATA_CHECK(g.ab_type == DType::f32 || g.ab_type == DType::bf16,
-               "GemmLt: A and B must be f32 or bf16 (", describe(g), ")");
+  STRATA_CHECK(g.ab_type == DType::f32 || g.ab_type == DType::bf16 || g.ab_type == DType::f16,
+               "GemmLt: A and B must be f32, bf16 or f16 (", describe(g), ")");
   STRATA_CHECK(g.c_type == DType::f32 || (g.c_type == DType::bf16 && g.ab_type == DType::bf16),
                "GemmLt: C must be f32, or bf16 with bf16 A and B (", describe(g), ")");
   switch (g.epilogue) {
@@ -257,6 +259,8 @@ void GemmLt::gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t
 }
 
 const void* GemmLt::ones(DType type, int64_t count) {
+  STRATA_CHECK(type == DType::f32 || type == DType::bf16, "GemmLt::ones: dtype ", dtype_name(type),
+               " is not f32 or bf16");
   const int i = type == DType::f32 ? 0 : 1;
   if (count > ones_count_[i]) {
     const int64_t cap = std::max<int64_t>(count, 4096);
@@ -272,6 +276,10 @@ const void* GemmLt::ones(DType type, int64_t count) {
       const std::vector<uint16_t> host(static_cast<size_t>(cap), f32_to_bf16(1.0f));
       STRATA_CUDA_CHECK(cudaMemcpy(ones_[i], host.data(), host.size() * 2, cudaMemcpyHostToDevice));
     }
+    // A cudaMemcpy from pageable memory may return before its DMA has landed, and it runs on the
+    // legacy stream, which the callers' non-blocking streams do not wait for: wait here, so the
+    // next GEMM on any stream reads ones.
+    STRATA_CUDA_CHECK(cudaDeviceSynchronize());
     ones_count_[i] = cap;
   }
   return ones_[i];

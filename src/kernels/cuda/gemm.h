@@ -12,6 +12,8 @@
 //    inputs, about 8x the FP32 rate on Hopper).
 //  * bf16: A and B in bf16 (uint16_t bit patterns), f32 accumulation (CUBLAS_COMPUTE_32F),
 //    C in f32 or bf16.
+//  * f16: A and B in IEEE f16 (uint16_t bit patterns), f32 accumulation, C in f32 (fp16
+//    training's GEMMs; the CPU widens f16 operands to f32, which is the same arithmetic).
 //
 // Plans: the first call for a given (shape, strides, transposes, dtypes, epilogue, pointer
 // alignments) builds the cuBLASLt descriptors and asks the heuristic for an algorithm; later calls
@@ -57,7 +59,7 @@ struct GemmArgs {
   int64_t ldb = 0;
   void* c = nullptr;  // read when beta != 0 (then it has c_type too), written always
   int64_t ldc = 0;
-  DType ab_type = DType::f32;  // A and B: f32 or bf16
+  DType ab_type = DType::f32;  // A and B: f32, bf16 or f16
   DType c_type = DType::f32;   // C (and the bias, aux, bias_grad vectors): f32 or bf16 (bf16
                                // only with bf16 A and B)
   Epilogue epilogue = Epilogue::none;

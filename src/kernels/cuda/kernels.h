@@ -82,6 +82,46 @@ void cross_entropy_forward_backward(float* losses, float* logits, const int32_t*
 // targets[i] >= 0: the CPU kernels' return value.
 void sum_losses(double* total, const float* losses, const int32_t* targets, int64_t n,
                 cudaStream_t stream);
+// The same loss, with the gradient written as bf16 (round to nearest even) over the logits' own
+// storage: reinterpret_cast<uint16_t*>(logits)[i * v + j] is dL/dlogit(i, j) (the CPU's
+// cross_entropy_forward_backward_bf16). Row i's bf16 row overwrites f32 rows i / 2 (and, for
+// i = 0, its own first half), so the rows run in launches of doubling blocks {0}, {1}, {2, 3},
+// {4..7}, ...: every row a block overwrites was finished by an earlier launch (log2(n) + 1
+// launches). Row 0, which overwrites itself, writes in chunks behind a barrier.
+void cross_entropy_forward_backward_bf16(float* losses, float* logits, const int32_t* targets,
+                                         int64_t n, int64_t v, float grad_scale,
+                                         cudaStream_t stream);
+
+// ---- Tensor-parallel pieces (vocab_parallel.cu; kernels/cpu/kernels.h has the contracts) -------
+// out[n, c] = wte_rows[tokens[i] - vocab_begin] for tokens in range, 0 for the others.
+void embedding_range_forward(float* out, const int32_t* tokens, const float* wte_rows,
+                             int64_t vocab_begin, int64_t vocab_count, int64_t n, int64_t c,
+                             cudaStream_t stream);
+// dwte_rows[tok - vocab_begin] += dout[i] for tokens in range, every element's additions in token
+// order (the CPU's, so the result is the CPU's bit for bit; no atomics).
+void embedding_range_backward(float* dwte_rows, const float* dout, const int32_t* tokens,
+                              int64_t vocab_begin, int64_t vocab_count, int64_t n, int64_t c,
+                              cudaStream_t stream);
+// out[i] += wpe[(first_row + i) % t]; backward dwpe[(first_row + i) % t] += dout[i] in row order
+// (bit for bit the CPU's).
+void positions_add_forward(float* out, const float* wpe, int64_t first_row, int64_t n, int64_t t,
+                           int64_t c, cudaStream_t stream);
+void positions_add_backward(float* dwpe, const float* dout, int64_t first_row, int64_t n, int64_t t,
+                            int64_t c, cudaStream_t stream);
+// Vocabulary-parallel cross-entropy, the three local steps (the caller reduces over the ranks in
+// between): row_max = local max; sum_exp = sum exp(x - row_max) (double exps and sum, as the CPU)
+// and target_logit (0 when the target is not local); finish writes losses (0 for target < 0)
+// and, with `backward`, the gradient over the logits. No total: sum_losses gives it.
+void vocab_parallel_ce_max(float* row_max, const float* logits, int64_t n, int64_t v_local,
+                           cudaStream_t stream);
+void vocab_parallel_ce_sums(float* sum_exp, float* target_logit, const float* logits,
+                            const float* row_max, const int32_t* targets, int64_t n,
+                            int64_t v_local, int64_t vocab_begin, cudaStream_t stream);
+void vocab_parallel_ce_finish(float* losses, float* logits, const float* row_max,
+                              const float* sum_exp, const float* target_logit,
+                              const int32_t* targets, int64_t n, int64_t v_local,
+                              int64_t vocab_begin, bool backward, float grad_scale,
+                              cudaStream_t stream);
 
 // ---- Element-wise -------------------------------------------------------------------------------
 // y[i,:] += bias
@@ -90,10 +130,19 @@ void add_bias(float* y, const float* bias, int64_t n, int64_t c, cudaStream_t st
 void add(float* out, const float* a, const float* b, int64_t count, cudaStream_t stream);
 void add_inplace(float* y, const float* x, int64_t count, cudaStream_t stream);  // y += x
 void scale_inplace(float* y, float s, int64_t count, cudaStream_t stream);       // y *= s
+void fill(float* y, float value, int64_t count, cudaStream_t stream);            // y = value
+// c[i * ldc + j] *= beta for i < m, j < n (beta = 0 writes zeros without reading): a GEMM with
+// k = 0, which cuBLASLt does not take.
+void scale_matrix(float* c, int64_t ldc, int64_t m, int64_t n, float beta, cudaStream_t stream);
 
 // ---- bf16 storage (round to nearest even; bit-identical to core/dtype.h, NaN included) ---------
 void to_bf16(uint16_t* out, const float* in, int64_t count, cudaStream_t stream);
 void from_bf16(float* out, const uint16_t* in, int64_t count, cudaStream_t stream);
+// ---- f16 storage (IEEE binary16, round to nearest even, overflow to inf; bit-identical to the
+// CPU's to_lowp / from_lowp, NaN included: quiet, payload truncated / widened)
+// -----------------------
+void to_f16(uint16_t* out, const float* in, int64_t count, cudaStream_t stream);
+void from_f16(float* out, const uint16_t* in, int64_t count, cudaStream_t stream);
 
 // ---- Optimizer ---------------------------------------------------------------------------------
 // PyTorch's AdamW, step >= 1: g' = g * grad_scale; p *= 1 - lr*wd; m = b1 m + (1-b1) g';

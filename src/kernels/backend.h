@@ -1,0 +1,161 @@
+// Backend: the device a model runs on, as the model code sees it. Every kernel the model calls and
+// every copy or fill of its buffers goes through one Backend, so that the same Decoder (and the
+// parallel code above it) runs on the CPU (kernels/cpu) or on a GPU (kernels/cuda): the device is
+// a config choice, not a second model.
+//
+// The kernels have the semantics, layouts and conventions of kernels/cpu/kernels.h (parameter
+// gradients accumulate, activation gradients are overwritten unless noted); the comments there
+// are the specification. Pointers are device pointers of this backend, except where a parameter
+// says `host`. A backend orders its own work (one compute stream on a GPU); a call that returns a
+// value computed from device data (the losses) synchronises with that work.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "core/arena.h"
+#include "core/dtype.h"
+
+namespace strata {
+
+enum class DeviceKind : uint8_t { cpu, cuda };
+const char* device_kind_name(DeviceKind kind);  // "cpu", "cuda"
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual DeviceKind kind() const = 0;
+  // Where the arena of a model on this backend gets its memory (null: host memory).
+  virtual DeviceMemory* memory() = 0;
+
+  // ---- memory ----------------------------------------------------------------------------------
+  virtual void copy(void* dst, const void* src, size_t bytes) = 0;  // both on the device
+  virtual void copy_from_host(void* dst, const void* host, size_t bytes) = 0;
+  virtual void copy_to_host(void* host, const void* src, size_t bytes) = 0;  // waits for it
+  virtual void zero(void* dst, size_t bytes) = 0;
+  virtual void fill(float* dst, float value, int64_t count) = 0;
+  virtual void synchronize() = 0;  // waits until the device's queued work has finished
+
+  // ---- GEMM and linear layers -------------------------------------------------------------------
+  virtual void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                    const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+                    int64_t ldc) = 0;
+  virtual void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                         const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta,
+                         float* c, int64_t ldc) = 0;
+  virtual void linear_forward(float* y, const float* x, const float* w, const float* bias,
+                              int64_t n, int64_t in, int64_t out) = 0;
+  virtual void linear_backward(float* dx, float* dw, float* dbias, const float* dy, const float* x,
+                               const float* w, int64_t n, int64_t in, int64_t out) = 0;
+  virtual void linear_forward_lowp(DType t, float* y, const uint16_t* x, const uint16_t* w,
+                                   const float* bias, int64_t n, int64_t in, int64_t out,
+                                   float* f32_scratch) = 0;
+  virtual void linear_backward_lowp(DType t, float* dx, float* dw, float* dbias, const float* dy,
+                                    uint16_t* dy_lowp, int64_t capacity, const uint16_t* x,
+                                    const uint16_t* w, int64_t n, int64_t in, int64_t out,
+                                    float* f32_scratch) = 0;
+  virtual void to_lowp(DType t, uint16_t* out, const float* in, int64_t count) = 0;
+  virtual void from_lowp(DType t, float* out, const uint16_t* in, int64_t count) = 0;
+
+  // ---- embeddings ------------------------------------------------------------------------------
+  virtual void embedding_forward(float* out, const int32_t* tokens, const float* wte,
+                                 const float* wpe, int64_t b, int64_t t, int64_t c) = 0;
+  virtual void embedding_backward(float* dwte, float* dwpe, const float* dout,
+                                  const int32_t* tokens, int64_t b, int64_t t, int64_t c) = 0;
+  virtual void embedding_range_forward(float* out, const int32_t* tokens, const float* wte_rows,
+                                       int64_t vocab_begin, int64_t vocab_count, int64_t n,
+                                       int64_t c) = 0;
+  virtual void embedding_range_backward(float* dwte_rows, const float* dout, const int32_t* tokens,
+                                        int64_t vocab_begin, int64_t vocab_count, int64_t n,
+                                        int64_t c) = 0;
+  virtual void positions_add_forward(float* out, const float* wpe, int64_t first_row, int64_t n,
+                                     int64_t t, int64_t c) = 0;
+  virtual void positions_add_backward(float* dwpe, const float* dout, int64_t first_row, int64_t n,
+                                      int64_t t, int64_t c) = 0;
+
+  // ---- norms, activations, RoPE
+  // ------------------------------------------------------------------
+  virtual void layernorm_forward(float* y, float* mean, float* rstd, const float* x, const float* w,
+                                 const float* bias, int64_t n, int64_t c, float eps) = 0;
+  virtual void layernorm_backward(float* dx, float* dw, float* dbias, const float* dy,
+                                  const float* x, const float* w, const float* mean,
+                                  const float* rstd, int64_t n, int64_t c) = 0;
+  virtual void rmsnorm_forward(float* y, float* rstd, const float* x, const float* w, int64_t n,
+                               int64_t c, float eps) = 0;
+  virtual void rmsnorm_backward(float* dx, float* dw, const float* dy, const float* x,
+                                const float* w, const float* rstd, int64_t n, int64_t c) = 0;
+  virtual void gelu_forward(float* y, const float* x, int64_t count) = 0;
+  virtual void gelu_forward_bf16(uint16_t* y, const float* x, int64_t count) = 0;
+  virtual void gelu_backward(float* dx, const float* x, const float* dy, int64_t count) = 0;
+  virtual void swiglu_forward(float* y, const float* gate_up, int64_t n, int64_t f) = 0;
+  virtual void swiglu_backward(float* dgate_up, const float* gate_up, const float* dy, int64_t n,
+                               int64_t f) = 0;
+  virtual void rope_forward(float* qkv, int64_t b, int64_t t, int64_t nh, int64_t nkv, int64_t hd,
+                            float theta) = 0;
+  virtual void rope_backward(float* dqkv, int64_t b, int64_t t, int64_t nh, int64_t nkv, int64_t hd,
+                             float theta) = 0;
+
+  // ---- attention -------------------------------------------------------------------------------
+  // Naive attention (materialised probabilities); a backend may not have it (supports_naive).
+  virtual bool supports_naive_attention() const = 0;
+  virtual void attention_forward(float* out, float* probs, const float* qkv, int64_t b, int64_t t,
+                                 int64_t nh, int64_t nkv, int64_t hd) = 0;
+  virtual void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                                  const float* probs, int64_t b, int64_t t, int64_t nh, int64_t nkv,
+                                  int64_t hd) = 0;
+  virtual int64_t attention_backward_scratch(int64_t b, int64_t t, int64_t nh, int64_t nkv,
+                                             int64_t hd) const = 0;
+  virtual void flash_attention_forward(float* out, float* lse, const float* qkv, int64_t b,
+                                       int64_t t, int64_t nh, int64_t nkv, int64_t hd) = 0;
+  virtual void flash_attention_backward(float* dqkv, float* scratch, const float* dout,
+                                        const float* qkv, const float* out, const float* lse,
+                                        int64_t b, int64_t t, int64_t nh, int64_t nkv,
+                                        int64_t hd) = 0;
+  virtual int64_t flash_attention_backward_scratch(int64_t b, int64_t t, int64_t nh, int64_t nkv,
+                                                   int64_t hd) const = 0;
+  virtual void flash_attention_forward_bf16(float* out, float* lse, const uint16_t* qkv16,
+                                            int64_t b, int64_t t, int64_t nh, int64_t nkv,
+                                            int64_t hd) = 0;
+  virtual void flash_attention_backward_bf16(float* dqkv, float* scratch, const float* dout,
+                                             const uint16_t* qkv16, const float* out,
+                                             const float* lse, int64_t b, int64_t t, int64_t nh,
+                                             int64_t nkv, int64_t hd) = 0;
+  virtual int64_t flash_attention_backward_bf16_scratch(int64_t b, int64_t t, int64_t nh,
+                                                        int64_t nkv, int64_t hd) const = 0;
+
+  // ---- loss ------------------------------------------------------------------------------------
+  // Each returns the sum of the valid rows' losses (synchronising with the device).
+  virtual double cross_entropy_forward(float* losses, const float* logits, const int32_t* targets,
+                                       int64_t n, int64_t v) = 0;
+  virtual double cross_entropy_forward_backward(float* losses, float* logits,
+                                                const int32_t* targets, int64_t n, int64_t v,
+                                                float grad_scale) = 0;
+  virtual double cross_entropy_forward_backward_bf16(float* losses, float* logits,
+                                                     const int32_t* targets, int64_t n, int64_t v,
+                                                     float grad_scale) = 0;
+  virtual void vocab_parallel_ce_max(float* row_max, const float* logits, int64_t n,
+                                     int64_t v_local) = 0;
+  virtual void vocab_parallel_ce_sums(float* sum_exp, float* target_logit, const float* logits,
+                                      const float* row_max, const int32_t* targets, int64_t n,
+                                      int64_t v_local, int64_t vocab_begin) = 0;
+  virtual double vocab_parallel_ce_finish(float* losses, float* logits, const float* row_max,
+                                          const float* sum_exp, const float* target_logit,
+                                          const int32_t* targets, int64_t n, int64_t v_local,
+                                          int64_t vocab_begin, bool backward, float grad_scale) = 0;
+
+  // ---- element-wise and optimizer
+  // ----------------------------------------------------------------
+  virtual void add_bias(float* y, const float* bias, int64_t n, int64_t c) = 0;
+  virtual void add(float* out, const float* a, const float* b, int64_t count) = 0;
+  virtual void add_inplace(float* y, const float* x, int64_t count) = 0;
+  virtual void scale_inplace(float* y, float s, int64_t count) = 0;
+  virtual void adamw_update(float* p, const float* g, float* m, float* v, int64_t count, float lr,
+                            float beta1, float beta2, float eps, float weight_decay,
+                            float grad_scale, int64_t step, uint16_t* p_bf16) = 0;
+  virtual double sum_squares(const float* x, int64_t count) = 0;  // synchronises
+};
+
+// The CPU backend (kernels/cpu), shared by every model that does not name another device.
+Backend& cpu_backend();
+
+}  // namespace strata

@@ -1,0 +1,492 @@
+// The CUDA backend (see cuda_backend.h): one compute stream, cuBLASLt for the GEMMs (GemmLt, one
+// per backend since it owns a workspace), the kernels of kernels/cuda for the rest, and a
+// DeviceMemory on cudaMalloc for the model's Arena.
+#include "kernels/cuda/cuda_backend.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <mutex>
+#include <unordered_map>
+
+#include "core/error.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device.h"
+#include "kernels/cuda/flash_attention.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/kernels.h"
+
+namespace strata {
+
+namespace {
+
+constexpr double kMiB = 1024.0 * 1024.0;
+
+// "N bytes (x MiB)" and the device's free / total memory, for out-of-memory messages.
+std::string memory_situation(size_t bytes) {
+  size_t free_bytes = 0, total = 0;
+  std::string info = "unknown";
+  if (cudaMemGetInfo(&free_bytes, &total) == cudaSuccess) {
+    info = cat(static_cast<int64_t>(double(free_bytes) / kMiB), " MiB free of ",
+               static_cast<int64_t>(double(total) / kMiB), " MiB");
+  } else {
+    cudaGetLastError();
+  }
+  return cat(bytes, " bytes (", static_cast<int64_t>(double(bytes) / kMiB),
+             " MiB); the device has ", info);
+}
+
+// cudaMalloc, or a strata::Error that says what was asked for, what the device has and what to do.
+void* device_malloc(size_t bytes, const std::string& device, const char* what) {
+  void* ptr = nullptr;
+  const cudaError_t err = cudaMalloc(&ptr, bytes);
+  if (err == cudaSuccess) return ptr;
+  cudaGetLastError();  // an allocation failure is not sticky: clear it for the next call
+  fail(device, ": cannot allocate ", what, ": cudaMalloc of ", memory_situation(bytes), " (",
+       cudaGetErrorString(err),
+       "). Use a smaller micro-batch or sequence length, recompute "
+       "activations, or shard the model over more GPUs; `strata plan` estimates a config's memory");
+}
+
+// DeviceMemory for an Arena: zero-filled cudaMalloc blocks with the requested alignment.
+// cudaMalloc aligns to 256 bytes (in practice large blocks come 2 MiB aligned); a block that is
+// not aligned as asked is given back and taken again with room to align inside it, so that the
+// common case wastes nothing.
+class CudaMemory final : public DeviceMemory {
+ public:
+  CudaMemory(int device, cudaStream_t stream) : device_(device), stream_(stream) {}
+  ~CudaMemory() override {
+    // Blocks an Arena still holds (it should have been destroyed first) are given back.
+    for (auto& [ptr, base] : blocks_) cudaFree(base);
+  }
+
+  void* allocate(size_t bytes, size_t align) override {
+    STRATA_CHECK(align > 0 && (align & (align - 1)) == 0, name(), ": alignment ", align,
+                 " is not a power of two");
+    bytes = std::max<size_t>(bytes, 1);
+    std::lock_guard<std::mutex> lock(mutex_);
+    void* base = device_malloc(bytes, name(), "an arena block");
+    void* ptr = base;
+    if (reinterpret_cast<uintptr_t>(base) % align != 0) {
+      STRATA_CUDA_CHECK(cudaFree(base));
+      base = device_malloc(bytes + align, name(), "an arena block");
+      const uintptr_t a = (reinterpret_cast<uintptr_t>(base) + align - 1) / align * align;
+      ptr = reinterpret_cast<void*>(a);
+    }
+    blocks_[ptr] = base;
+    // Zero on the compute stream, then wait: the block reads as zeros from any stream (NCCL's
+    // included) and from the host. Start-up only (DESIGN invariant 5), so the wait costs nothing.
+    STRATA_CUDA_CHECK(cudaMemsetAsync(ptr, 0, bytes, stream_));
+    STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return ptr;
+  }
+
+  void free(void* ptr) override {
+    if (ptr == nullptr) return;
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto it = blocks_.find(ptr);
+    if (it == blocks_.end()) {
+      std::fprintf(stderr, "strata: %s: free of a pointer it did not allocate (%p), ignored\n",
+                   name().c_str(), ptr);
+      return;
+    }
+    // cudaFree waits for the work queued on the device, so no kernel still reads the block.
+    // Errors are reported, not thrown: Arena calls this from its destructor.
+    const cudaError_t err = cudaFree(it->second);
+    if (err != cudaSuccess) {
+      std::fprintf(stderr, "strata: %s: cudaFree failed: %s\n", name().c_str(),
+                   cudaGetErrorString(err));
+    }
+    blocks_.erase(it);
+  }
+
+  std::string name() const override { return cat("cuda:", device_); }
+
+ private:
+  int device_;
+  cudaStream_t stream_;
+  std::mutex mutex_;
+  std::unordered_map<void*, void*> blocks_;  // pointer handed out -> cudaMalloc's pointer
+};
+
+// Grow-only device scratch. Growing frees the old block (cudaFree waits for the device, so queued
+// kernels that still use it have finished) and allocates the new size with 25% headroom: the first
+// call of a larger shape synchronises; repeated shapes never allocate.
+class Scratch {
+ public:
+  explicit Scratch(std::string device) : device_(std::move(device)) {}
+  ~Scratch() { cudaFree(ptr_); }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+
+  float* floats(int64_t count) {
+    const size_t bytes = static_cast<size_t>(std::max<int64_t>(count, 1)) * sizeof(float);
+    if (bytes > bytes_) {
+      STRATA_CUDA_CHECK(cudaFree(ptr_));
+      ptr_ = nullptr;
+      bytes_ = 0;
+      const size_t want = bytes + bytes / 4;
+      ptr_ = device_malloc(want, device_, "backend scratch");
+      bytes_ = want;
+    }
+    return static_cast<float*>(ptr_);
+  }
+
+ private:
+  std::string device_;
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+int select_device(int device) {
+  std::string why;
+  const int count = cuda::device_count(&why);
+  STRATA_CHECK(device >= 0 && device < count, "make_cuda_backend: no usable CUDA device ", device,
+               ": this process sees ", count, " CUDA device(s)",
+               count == 0 ? cat(" (", why, ")") : cat(" (valid: 0..", count - 1, ")"),
+               "; check the driver (nvidia-smi) and CUDA_VISIBLE_DEVICES");
+  STRATA_CUDA_CHECK(cudaSetDevice(device));
+  return device;
+}
+
+void check_lowp(DType t, const char* what) {
+  STRATA_CHECK(t == DType::bf16 || t == DType::f16, what, ": dtype ", dtype_name(t),
+               " is not bf16 or f16");
+}
+
+[[noreturn]] void no_naive_attention(const char* what) {
+  fail(what,
+       ": naive attention is not available on cuda (it would materialise the b x nh x t x "
+       "t probabilities); use model.attention = \"flash\"");
+}
+
+class CudaBackendImpl final : public CudaBackend {
+ public:
+  explicit CudaBackendImpl(int device)
+      : device_(select_device(device)),
+        memory_(device_, stream_.get()),
+        norm_scratch_(memory_.name()) {
+    reduce_ = static_cast<double*>(
+        device_malloc(static_cast<size_t>(1 + cuda::sum_squares_scratch_doubles()) * sizeof(double),
+                      memory_.name(), "reduction scratch"));
+  }
+  ~CudaBackendImpl() override {
+    cudaStreamSynchronize(stream_.get());  // queued work may still use the scratch below
+    cudaFree(reduce_);
+  }
+
+  int device() const override { return device_; }
+  cudaStream_t stream() const override { return stream_.get(); }
+  DeviceMemory* memory() override { return &memory_; }
+
+  // ---- memory ---------------------------------------------------------------------------------
+  void copy(void* dst, const void* src, size_t bytes) override {
+    if (bytes == 0 || dst == src) return;
+    STRATA_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s()));
+  }
+  // Waits, so the caller may reuse the host buffer at once (and pinned memory, which the copy
+  // would otherwise read later, is safe too).
+  void copy_from_host(void* dst, const void* host, size_t bytes) override {
+    if (bytes == 0) return;
+    STRATA_CUDA_CHECK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, s()));
+    stream_.synchronize();
+  }
+  void copy_to_host(void* host, const void* src, size_t bytes) override {
+    if (bytes == 0) return;
+    STRATA_CUDA_CHECK(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, s()));
+    stream_.synchronize();
+  }
+  void zero(void* dst, size_t bytes) override {
+    if (bytes == 0) return;
+    STRATA_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, s()));
+  }
+  void fill(float* dst, float value, int64_t count) override { cuda::fill(dst, value, count, s()); }
+  void synchronize() override { stream_.synchronize(); }
+
+  // ---- GEMM and linear layers -----------------------------------------------------------------
+  void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+            const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+            int64_t ldc) override {
+    if (m == 0 || n == 0) return;
+    if (k == 0) return cuda::scale_matrix(c, ldc, m, n, beta, s());
+    lt_.gemm_f32(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, s());
+  }
+  void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                 const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta,
+                 float* c, int64_t ldc) override {
+    if (m == 0 || n == 0) return;
+    if (k == 0) return cuda::scale_matrix(c, ldc, m, n, beta, s());
+    lt_.gemm_bf16(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, s());
+  }
+  void linear_forward(float* y, const float* x, const float* w, const float* bias, int64_t n,
+                      int64_t in, int64_t out) override {
+    if (n == 0) return;
+    cuda::linear_forward(lt_, y, x, w, bias, n, in, out, s());
+  }
+  void linear_backward(float* dx, float* dw, float* dbias, const float* dy, const float* x,
+                       const float* w, int64_t n, int64_t in, int64_t out) override {
+    if (n == 0) return;  // no rows: nothing to overwrite, nothing to accumulate
+    cuda::linear_backward(lt_, dx, dw, dbias, dy, x, w, n, in, out, s());
+  }
+  // bf16: one GEMM with the bias in its epilogue. f16: the GEMM, then the bias added (the same
+  // single rounding of acc + bias as the CPU's beta = 1 GEMM over bias rows). f32_scratch is not
+  // used: the GPU multiplies f16 directly.
+  void linear_forward_lowp(DType t, float* y, const uint16_t* x, const uint16_t* w,
+                           const float* bias, int64_t n, int64_t in, int64_t out,
+                           float* /*f32_scratch*/) override {
+    check_lowp(t, "linear_forward_lowp");
+    if (n == 0) return;
+    if (t == DType::bf16) return cuda::linear_forward_bf16(lt_, y, x, w, bias, n, in, out, s());
+    lowp_gemm(t, false, true, n, out, in, x, in, w, in, 0.0f, y, out);
+    if (bias) cuda::add_bias(y, bias, n, out, s());
+  }
+  // The CPU's algorithm: dbias from the f32 dy; dy rounded to t in blocks of rows that fit
+  // dy_lowp, each block's dx rows and dw contribution from it (dw accumulating block by block).
+  void linear_backward_lowp(DType t, float* dx, float* dw, float* dbias, const float* dy,
+                            uint16_t* dy_lowp, int64_t capacity, const uint16_t* x,
+                            const uint16_t* w, int64_t n, int64_t in, int64_t out,
+                            float* /*f32_scratch*/) override {
+    check_lowp(t, "linear_backward_lowp");
+    STRATA_CHECK(capacity >= out, "linear_backward_lowp: a dy block of ", capacity,
+                 " elements cannot hold one row of ", out);
+    if (n == 0) return;
+    if (dbias)
+      cuda::linear_backward(lt_, nullptr, nullptr, dbias, dy, nullptr, nullptr, n, in, out, s());
+    if (!dx && !dw) return;
+    const int64_t rows = std::min(n, capacity / out);
+    for (int64_t r0 = 0; r0 < n; r0 += rows) {
+      const int64_t r = std::min(rows, n - r0);
+      to_lowp(t, dy_lowp, dy + r0 * out, r * out);
+      if (dx)  // dx[r, in] = dy[r, out] w[out, in]
+        lowp_gemm(t, false, false, r, in, out, dy_lowp, out, w, in, 0.0f, dx + r0 * in, in);
+      if (dw)  // dw[out, in] += dy^T[out, r] x[r, in]
+        lowp_gemm(t, true, false, out, in, r, dy_lowp, out, x + r0 * in, in, 1.0f, dw, in);
+    }
+  }
+  void to_lowp(DType t, uint16_t* out, const float* in, int64_t count) override {
+    check_lowp(t, "to_lowp");
+    t == DType::bf16 ? cuda::to_bf16(out, in, count, s()) : cuda::to_f16(out, in, count, s());
+  }
+  void from_lowp(DType t, float* out, const uint16_t* in, int64_t count) override {
+    check_lowp(t, "from_lowp");
+    t == DType::bf16 ? cuda::from_bf16(out, in, count, s()) : cuda::from_f16(out, in, count, s());
+  }
+
+  // ---- embeddings -----------------------------------------------------------------------------
+  void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+                         int64_t b, int64_t t, int64_t c) override {
+    cuda::embedding_forward(out, tokens, wte, wpe, b, t, c, s());
+  }
+  void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
+                          int64_t b, int64_t t, int64_t c) override {
+    cuda::embedding_backward(dwte, dwpe, dout, tokens, b, t, c, s());
+  }
+  void embedding_range_forward(float* out, const int32_t* tokens, const float* wte_rows,
+                               int64_t vocab_begin, int64_t vocab_count, int64_t n,
+                               int64_t c) override {
+    cuda::embedding_range_forward(out, tokens, wte_rows, vocab_begin, vocab_count, n, c, s());
+  }
+  void embedding_range_backward(float* dwte_rows, const float* dout, const int32_t* tokens,
+                                int64_t vocab_begin, int64_t vocab_count, int64_t n,
+                                int64_t c) override {
+    cuda::embedding_range_backward(dwte_rows, dout, tokens, vocab_begin, vocab_count, n, c, s());
+  }
+  void positions_add_forward(float* out, const float* wpe, int64_t first_row, int64_t n, int64_t t,
+                             int64_t c) override {
+    cuda::positions_add_forward(out, wpe, first_row, n, t, c, s());
+  }
+  void positions_add_backward(float* dwpe, const float* dout, int64_t first_row, int64_t n,
+                              int64_t t, int64_t c) override {
+    cuda::positions_add_backward(dwpe, dout, first_row, n, t, c, s());
+  }
+
+  // ---- norms, activations, RoPE ---------------------------------------------------------------
+  void layernorm_forward(float* y, float* mean, float* rstd, const float* x, const float* w,
+                         const float* bias, int64_t n, int64_t c, float eps) override {
+    cuda::layernorm_forward(y, mean, rstd, x, w, bias, n, c, eps, s());
+  }
+  void layernorm_backward(float* dx, float* dw, float* dbias, const float* dy, const float* x,
+                          const float* w, const float* mean, const float* rstd, int64_t n,
+                          int64_t c) override {
+    float* scratch = norm_scratch_.floats(cuda::layernorm_backward_scratch_floats(n, c));
+    cuda::layernorm_backward(dx, dw, dbias, scratch, dy, x, w, mean, rstd, n, c, s());
+  }
+  void rmsnorm_forward(float* y, float* rstd, const float* x, const float* w, int64_t n, int64_t c,
+                       float eps) override {
+    cuda::rmsnorm_forward(y, rstd, x, w, n, c, eps, s());
+  }
+  void rmsnorm_backward(float* dx, float* dw, const float* dy, const float* x, const float* w,
+                        const float* rstd, int64_t n, int64_t c) override {
+    float* scratch = norm_scratch_.floats(cuda::rmsnorm_backward_scratch_floats(n, c));
+    cuda::rmsnorm_backward(dx, dw, scratch, dy, x, w, rstd, n, c, s());
+  }
+  void gelu_forward(float* y, const float* x, int64_t count) override {
+    cuda::gelu_forward(y, x, count, s());
+  }
+  void gelu_forward_bf16(uint16_t* y, const float* x, int64_t count) override {
+    cuda::gelu_forward_bf16(y, x, count, s());
+  }
+  void gelu_backward(float* dx, const float* x, const float* dy, int64_t count) override {
+    cuda::gelu_backward(dx, x, dy, count, s());
+  }
+  void swiglu_forward(float* y, const float* gate_up, int64_t n, int64_t f) override {
+    cuda::swiglu_forward(y, gate_up, n, f, s());
+  }
+  void swiglu_backward(float* dgate_up, const float* gate_up, const float* dy, int64_t n,
+                       int64_t f) override {
+    cuda::swiglu_backward(dgate_up, gate_up, dy, n, f, s());
+  }
+  void rope_forward(float* qkv, int64_t b, int64_t t, int64_t nh, int64_t nkv, int64_t hd,
+                    float theta) override {
+    cuda::rope_forward(qkv, b, t, nh, nkv, hd, theta, s());
+  }
+  void rope_backward(float* dqkv, int64_t b, int64_t t, int64_t nh, int64_t nkv, int64_t hd,
+                     float theta) override {
+    cuda::rope_backward(dqkv, b, t, nh, nkv, hd, theta, s());
+  }
+
+  // ---- attention ------------------------------------------------------------------------------
+  bool supports_naive_attention() const override { return false; }
+  void attention_forward(float*, float*, const float*, int64_t, int64_t, int64_t, int64_t,
+                         int64_t) override {
+    no_naive_attention("attention_forward");
+  }
+  void attention_backward(float*, float*, const float*, const float*, const float*, int64_t,
+                          int64_t, int64_t, int64_t, int64_t) override {
+    no_naive_attention("attention_backward");
+  }
+  int64_t attention_backward_scratch(int64_t, int64_t, int64_t, int64_t, int64_t) const override {
+    no_naive_attention("attention_backward_scratch");
+  }
+  void flash_attention_forward(float* out, float* lse, const float* qkv, int64_t b, int64_t t,
+                               int64_t nh, int64_t nkv, int64_t hd) override {
+    cuda::flash_attention_forward(out, lse, qkv, b, t, nh, nkv, hd, s());
+  }
+  // The scratch is the kernels' workspace (D = rowsum(dO o O)), counted in floats.
+  void flash_attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                                const float* out, const float* lse, int64_t b, int64_t t,
+                                int64_t nh, int64_t nkv, int64_t hd) override {
+    cuda::flash_attention_backward(dqkv, scratch, dout, qkv, out, lse, b, t, nh, nkv, hd, s());
+  }
+  int64_t flash_attention_backward_scratch(int64_t b, int64_t t, int64_t nh, int64_t nkv,
+                                           int64_t hd) const override {
+    return floats_for(cuda::flash_attention_backward_workspace(b, t, nh, nkv, hd));
+  }
+  void flash_attention_forward_bf16(float* out, float* lse, const uint16_t* qkv16, int64_t b,
+                                    int64_t t, int64_t nh, int64_t nkv, int64_t hd) override {
+    cuda::flash_attention_forward_bf16(out, lse, qkv16, b, t, nh, nkv, hd, s());
+  }
+  void flash_attention_backward_bf16(float* dqkv, float* scratch, const float* dout,
+                                     const uint16_t* qkv16, const float* out, const float* lse,
+                                     int64_t b, int64_t t, int64_t nh, int64_t nkv,
+                                     int64_t hd) override {
+    cuda::flash_attention_backward_bf16(dqkv, scratch, dout, qkv16, out, lse, b, t, nh, nkv, hd,
+                                        s());
+  }
+  int64_t flash_attention_backward_bf16_scratch(int64_t b, int64_t t, int64_t nh, int64_t nkv,
+                                                int64_t hd) const override {
+    return floats_for(cuda::flash_attention_backward_workspace(b, t, nh, nkv, hd));
+  }
+
+  // ---- loss -----------------------------------------------------------------------------------
+  double cross_entropy_forward(float* losses, const float* logits, const int32_t* targets,
+                               int64_t n, int64_t v) override {
+    cuda::cross_entropy_forward(losses, logits, targets, n, v, s());
+    return total_loss(losses, targets, n);
+  }
+  double cross_entropy_forward_backward(float* losses, float* logits, const int32_t* targets,
+                                        int64_t n, int64_t v, float grad_scale) override {
+    cuda::cross_entropy_forward_backward(losses, logits, targets, n, v, grad_scale, s());
+    return total_loss(losses, targets, n);
+  }
+  double cross_entropy_forward_backward_bf16(float* losses, float* logits, const int32_t* targets,
+                                             int64_t n, int64_t v, float grad_scale) override {
+    cuda::cross_entropy_forward_backward_bf16(losses, logits, targets, n, v, grad_scale, s());
+    return total_loss(losses, targets, n);
+  }
+  void vocab_parallel_ce_max(float* row_max, const float* logits, int64_t n,
+                             int64_t v_local) override {
+    cuda::vocab_parallel_ce_max(row_max, logits, n, v_local, s());
+  }
+  void vocab_parallel_ce_sums(float* sum_exp, float* target_logit, const float* logits,
+                              const float* row_max, const int32_t* targets, int64_t n,
+                              int64_t v_local, int64_t vocab_begin) override {
+    cuda::vocab_parallel_ce_sums(sum_exp, target_logit, logits, row_max, targets, n, v_local,
+                                 vocab_begin, s());
+  }
+  double vocab_parallel_ce_finish(float* losses, float* logits, const float* row_max,
+                                  const float* sum_exp, const float* target_logit,
+                                  const int32_t* targets, int64_t n, int64_t v_local,
+                                  int64_t vocab_begin, bool backward, float grad_scale) override {
+    cuda::vocab_parallel_ce_finish(losses, logits, row_max, sum_exp, target_logit, targets, n,
+                                   v_local, vocab_begin, backward, grad_scale, s());
+    return total_loss(losses, targets, n);
+  }
+
+  // ---- element-wise and optimizer -------------------------------------------------------------
+  void add_bias(float* y, const float* bias, int64_t n, int64_t c) override {
+    cuda::add_bias(y, bias, n, c, s());
+  }
+  void add(float* out, const float* a, const float* b, int64_t count) override {
+    cuda::add(out, a, b, count, s());
+  }
+  void add_inplace(float* y, const float* x, int64_t count) override {
+    cuda::add_inplace(y, x, count, s());
+  }
+  void scale_inplace(float* y, float sc, int64_t count) override {
+    cuda::scale_inplace(y, sc, count, s());
+  }
+  void adamw_update(float* p, const float* g, float* m, float* v, int64_t count, float lr,
+                    float beta1, float beta2, float eps, float weight_decay, float grad_scale,
+                    int64_t step, uint16_t* p_bf16) override {
+    cuda::adamw_update(p, g, m, v, count, lr, beta1, beta2, eps, weight_decay, grad_scale, step,
+                       p_bf16, s());
+  }
+  double sum_squares(const float* x, int64_t count) override {
+    cuda::sum_squares(reduce_, reduce_ + 1, x, count, s());
+    return read_result();
+  }
+
+ private:
+  cudaStream_t s() const { return stream_.get(); }
+  static int64_t floats_for(int64_t bytes) {
+    return (bytes + static_cast<int64_t>(sizeof(float)) - 1) / static_cast<int64_t>(sizeof(float));
+  }
+
+  // op(A) op(B) with A and B in t (bf16 or f16), f32 C and accumulation.
+  void lowp_gemm(DType t, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const uint16_t* a,
+                 int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+    cuda::GemmArgs g;
+    g.trans_a = ta, g.trans_b = tb, g.m = m, g.n = n, g.k = k, g.beta = beta;
+    g.a = a, g.lda = lda, g.b = b, g.ldb = ldb, g.c = c, g.ldc = ldc;
+    g.ab_type = t;
+    lt_.gemm(g, s());
+  }
+
+  // The sum of the valid rows' losses: on the device, then copied back (synchronising).
+  double total_loss(const float* losses, const int32_t* targets, int64_t n) {
+    cuda::sum_losses(reduce_, losses, targets, n, s());
+    return read_result();
+  }
+  double read_result() {
+    double host = 0.0;
+    STRATA_CUDA_CHECK(cudaMemcpyAsync(&host, reduce_, sizeof(double), cudaMemcpyDeviceToHost, s()));
+    stream_.synchronize();
+    return host;
+  }
+
+  // Declaration order is construction order: the device is selected before anything allocates.
+  int device_;
+  cuda::Stream stream_;
+  cuda::GemmLt lt_;
+  CudaMemory memory_;
+  Scratch norm_scratch_;
+  double* reduce_ = nullptr;  // [0]: a reduction's result; [1..]: sum_squares' partials
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_backend(int device) {
+  return std::make_unique<CudaBackendImpl>(device);
+}
+
+}  // namespace strata
