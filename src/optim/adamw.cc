@@ -1,9 +1,12 @@
 #include "optim/adamw.h"
 
+#include <algorithm>
 #include <cmath>
+#include <string>
+#include <utility>
 
+#include "core/error.h"
 #include "core/trace.h"
-#include "kernels/cpu/kernels.h"
 
 namespace strata {
 
@@ -17,8 +20,12 @@ std::vector<OptimSegment> segments_for_all(const ParamStore& params) {
 }
 
 AdamW::AdamW(std::vector<OptimSegment> segments, int64_t state_size, Arena& arena,
-             const OptimConfig& config)
-    : segments_(std::move(segments)), state_size_(state_size), config_(config) {
+             const OptimConfig& config, Backend& backend)
+    : segments_(std::move(segments)), state_size_(state_size), config_(config), backend_(backend) {
+  STRATA_CHECK(arena.memory() == backend_.memory(), "AdamW: the arena's memory (",
+               arena.memory() ? arena.memory()->name() : std::string("host"),
+               ") is not the memory of the optimizer's backend (",
+               backend_.memory() ? backend_.memory()->name() : std::string("host"), ")");
   m_ = arena.alloc<float>(MemCategory::optimizer, state_size, "adam first moment");
   v_ = arena.alloc<float>(MemCategory::optimizer, state_size, "adam second moment");
 }
@@ -28,14 +35,14 @@ void AdamW::step(float lr, float grad_scale) {
   ++step_;
   for (const OptimSegment& s : segments_) {
     const float wd = s.weight_decay ? config_.weight_decay : 0.0f;
-    kernels::adamw_update(s.param, s.grad, m_ + s.state_offset, v_ + s.state_offset, s.count, lr,
+    backend_.adamw_update(s.param, s.grad, m_ + s.state_offset, v_ + s.state_offset, s.count, lr,
                           config_.beta1, config_.beta2, config_.eps, wd, grad_scale, step_,
                           s.param_bf16);
   }
 }
 
 double global_grad_norm(const ParamStore& params) {
-  return std::sqrt(kernels::sum_squares(params.grads(), params.size()));
+  return std::sqrt(params.backend().sum_squares(params.grads(), params.size()));
 }
 
 float clip_coefficient(double norm, float max_norm) {

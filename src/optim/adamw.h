@@ -2,6 +2,10 @@
 // and a place in the optimizer state (first and second moments, category "optimizer"). One
 // process updates every parameter (one segment per parameter); a ZeRO rank updates only the
 // slices it owns. Decoupled weight decay applies to segments of matrices only.
+//
+// The update runs on a Backend (kernels/backend.h): the segments' pointers (parameters, gradients,
+// bf16 copies) are device pointers of that backend, and the moments are allocated from `arena`,
+// whose memory must be the backend's (host memory for the CPU).
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -29,14 +33,17 @@ std::vector<OptimSegment> segments_for_all(const ParamStore& params);
 class AdamW {
  public:
   AdamW(std::vector<OptimSegment> segments, int64_t state_size, Arena& arena,
-        const OptimConfig& config);
+        const OptimConfig& config, Backend& backend = cpu_backend());
+  // Every parameter of the store, on the store's backend.
   AdamW(ParamStore& params, Arena& arena, const OptimConfig& config)
-      : AdamW(segments_for_all(params), params.size(), arena, config) {}
+      : AdamW(segments_for_all(params), params.size(), arena, config, params.backend()) {}
   // One update with learning rate `lr`; gradients are multiplied by grad_scale first (clipping).
   void step(float lr, float grad_scale);
 
+  Backend& backend() const { return backend_; }
   int64_t steps_taken() const { return step_; }
   void set_steps_taken(int64_t step) { step_ = step; }
+  // Device pointers of backend() (read them through backend().copy_to_host off the CPU).
   float* first_moment() const { return m_; }
   float* second_moment() const { return v_; }
   int64_t state_size() const { return state_size_; }
@@ -45,6 +52,7 @@ class AdamW {
   std::vector<OptimSegment> segments_;
   int64_t state_size_;
   OptimConfig config_;
+  Backend& backend_;
   float* m_ = nullptr;
   float* v_ = nullptr;
   int64_t step_ = 0;
@@ -52,6 +60,7 @@ class AdamW {
 
 // The global L2 norm of all gradients, and the clip coefficient PyTorch's clip_grad_norm_ uses:
 // min(1, max_norm / (norm + 1e-6)); max_norm <= 0 disables clipping (coefficient 1).
+// The norm is computed on the store's backend.
 double global_grad_norm(const ParamStore& params);
 float clip_coefficient(double norm, float max_norm);
 

@@ -2,10 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 
 #include "core/trace.h"
-#include "kernels/cpu/kernels.h"
 #include "model/decoder.h"
 
 namespace strata {
@@ -141,10 +139,22 @@ void DataParallel::setup(ParamStore& params, Arena& arena) {
 }
 
 void DataParallel::init_params(const ModelConfig& config, uint64_t seed) {
+  // Host memory is written in place; a device's parameters are computed into a host staging
+  // buffer and copied over, one run at a time (as Decoder::init).
+  const bool in_place = backend().memory() == nullptr;
+  std::vector<float> staging;
+  auto init = [&](const ParamInfo& p, int64_t begin, int64_t count, float* dst) {
+    if (in_place) {
+      init_param_elements(config, p, seed, begin, count, dst);
+      return;
+    }
+    staging.resize(static_cast<size_t>(count));
+    init_param_elements(config, p, seed, begin, count, staging.data());
+    backend().copy_from_host(dst, staging.data(), static_cast<size_t>(count) * sizeof(float));
+  };
   if (opt_.zero < 3) {
     for (int i = 0; i < params_->count(); ++i)
-      init_param_elements(config, params_->info(i), seed, 0, params_->info(i).numel,
-                          params_->param(i));
+      init(params_->info(i), 0, params_->info(i).numel, params_->param(i));
     return;
   }
   // Only the owned slice of each parameter: elements are indexed globally, so the shard holds
@@ -152,7 +162,7 @@ void DataParallel::init_params(const ModelConfig& config, uint64_t seed) {
   for (const Bucket& b : buckets_)
     for (const ParamInfo& p : params_->all())
       if (const OwnedRun r = owned_run(b, p); r.count > 0)
-        init_param_elements(config, p, seed, r.begin, r.count, shard_params_ + r.shard_offset);
+        init(p, r.begin, r.count, shard_params_ + r.shard_offset);
 }
 
 DataParallel::OwnedRun DataParallel::owned_run(const Bucket& b, const ParamInfo& p) const {
@@ -169,7 +179,7 @@ void DataParallel::begin_step() {
   if (opt_.zero < 2) {
     params_->zero_grads();
   } else {
-    std::memset(shard_grads_, 0, static_cast<size_t>(shard_size_) * sizeof(float));
+    backend().zero(shard_grads_, static_cast<size_t>(shard_size_) * sizeof(float));
   }
   // Stage 3: the shard changed at the last update, so gathered copies are stale.
   for (ParamSlot& s : param_slots_) {
@@ -200,7 +210,7 @@ void DataParallel::launch_bucket(int k) {
   const bool bf16 = opt_.reduce_dtype == DType::bf16;
   if (opt_.zero < 2) {
     if (bf16) {
-      kernels::to_lowp(DType::bf16, reduce_lp_ + b.start, params_->grads() + b.start, b.padded);
+      backend().to_lowp(DType::bf16, reduce_lp_ + b.start, params_->grads() + b.start, b.padded);
       pending_.push_back(
           comm_.all_reduce(reduce_lp_ + b.start, b.padded, DType::bf16, ReduceOp::avg));
     } else {
@@ -212,7 +222,7 @@ void DataParallel::launch_bucket(int k) {
   }
   GradSlot& s = grad_slots_[b.grad_slot];
   if (bf16) {
-    kernels::to_lowp(DType::bf16, s.data_lp, s.data, b.padded);
+    backend().to_lowp(DType::bf16, s.data_lp, s.data, b.padded);
     s.work = comm_.reduce_scatter(s.data_lp, s.reduced_lp, b.slice, DType::bf16, ReduceOp::avg);
   } else {
     s.work = comm_.reduce_scatter(s.data, s.reduced, b.slice, DType::f32, ReduceOp::avg);
@@ -230,8 +240,8 @@ void DataParallel::retire_grad_slot(int slot) {
   s.work->wait();
   Bucket& b = buckets_[s.bucket];
   if (opt_.reduce_dtype == DType::bf16)
-    kernels::from_lowp(DType::bf16, s.reduced, s.reduced_lp, b.slice);
-  kernels::add_inplace(shard_grads_ + b.local, s.reduced, b.slice);  // accumulate micro-batches
+    backend().from_lowp(DType::bf16, s.reduced, s.reduced_lp, b.slice);
+  backend().add_inplace(shard_grads_ + b.local, s.reduced, b.slice);  // accumulate micro-batches
   s.bucket = -1;
   s.work.reset();
   grads_in_flight_.erase(std::find(grads_in_flight_.begin(), grads_in_flight_.end(), slot));
@@ -256,7 +266,7 @@ void DataParallel::begin_grads(int group) {
   GradSlot& s = grad_slots_[slot];
   s.bucket = k;
   b.grad_slot = slot;
-  std::memset(s.data, 0, static_cast<size_t>(b.padded) * sizeof(float));
+  backend().zero(s.data, static_cast<size_t>(b.padded) * sizeof(float));
   for (int g : b.groups)
     params_->bind_group(g, nullptr, s.data + (params_->group_offset(g) - b.start));
 }
@@ -280,16 +290,16 @@ void DataParallel::finish_gradients() {
   for (const WorkHandle& w : pending_) w->wait();
   if (opt_.reduce_dtype == DType::bf16)
     for (int k : pending_buckets_)
-      kernels::from_lowp(DType::bf16, params_->grads() + buckets_[k].start,
-                         reduce_lp_ + buckets_[k].start, buckets_[k].padded);
+      backend().from_lowp(DType::bf16, params_->grads() + buckets_[k].start,
+                          reduce_lp_ + buckets_[k].start, buckets_[k].padded);
   pending_.clear();
   pending_buckets_.clear();
   while (!grads_in_flight_.empty()) retire_grad_slot(grads_in_flight_.front());
 }
 
 double DataParallel::grad_norm() {
-  if (opt_.zero < 2) return std::sqrt(kernels::sum_squares(params_->grads(), params_->size()));
-  float local = static_cast<float>(kernels::sum_squares(shard_grads_, shard_size_));
+  if (opt_.zero < 2) return std::sqrt(backend().sum_squares(params_->grads(), params_->size()));
+  float local = static_cast<float>(backend().sum_squares(shard_grads_, shard_size_));
   comm_.all_reduce(&local, 1, DType::f32, ReduceOp::sum)->wait();
   return std::sqrt(static_cast<double>(local));
 }
@@ -418,8 +428,8 @@ void DataParallel::gather_to_full(const float* local_shard, float* full) {
 
 void DataParallel::scatter_from_full(const float* full, float* local_shard) const {
   for (const Bucket& b : buckets_)
-    std::memcpy(local_shard + b.local, full + owned_begin(b),
-                static_cast<size_t>(b.slice) * sizeof(float));
+    backend().copy_from_host(local_shard + b.local, full + owned_begin(b),
+                             static_cast<size_t>(b.slice) * sizeof(float));
 }
 
 }  // namespace strata

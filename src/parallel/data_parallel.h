@@ -98,6 +98,7 @@ class DataParallel : public GroupHooks {
 
   // Checkpoints hold global tensors: full-layout copies of sharded buffers and back.
   // (`local` is the shard for sharded buffers; the full-layout buffer has params.size() elements.)
+  // scatter_from_full reads `full` on the host and writes the shard through the model's backend.
   void gather_to_full(const float* local_shard, float* full);
   void scatter_from_full(const float* full, float* local_shard) const;
   bool params_sharded() const { return opt_.zero >= 3; }
@@ -154,6 +155,8 @@ class DataParallel : public GroupHooks {
   int param_slot_for(int k, bool prefetch);
   void bind_bucket_params(int k, float* base);
   int64_t owned_begin(const Bucket& b) const { return b.start + rank_ * b.slice; }
+  // The device of the parameters, gradients and staging buffers (the ParamStore's; after setup).
+  Backend& backend() const { return params_->backend(); }
 
   Comm& comm_;
   DataParallelOptions opt_;

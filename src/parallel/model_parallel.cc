@@ -5,7 +5,6 @@
 #include <cstring>
 
 #include "core/trace.h"
-#include "kernels/cpu/kernels.h"
 
 namespace strata {
 
@@ -54,16 +53,18 @@ ModelParallel::ModelParallel(ProcessGroups& groups, const ModelConfig& config,
 }
 
 namespace {
-// Packs (or unpacks) the held gradient spans of `indices` into one contiguous buffer.
+// Packs (or unpacks) the held gradient spans of `indices` into one contiguous buffer, on the
+// device of both.
 template <bool kPack>
-int64_t pack_spans(const DataParallel& dp, const std::vector<int>& indices, float* buf) {
+int64_t pack_spans(Backend& backend, const DataParallel& dp, const std::vector<int>& indices,
+                   float* buf) {
   int64_t at = 0;
   for (int i : indices)
     for (const GradSpan& s : dp.grad_spans(i)) {
       if (kPack)
-        std::memcpy(buf + at, s.grad, static_cast<size_t>(s.count) * sizeof(float));
+        backend.copy(buf + at, s.grad, static_cast<size_t>(s.count) * sizeof(float));
       else
-        std::memcpy(s.grad, buf + at, static_cast<size_t>(s.count) * sizeof(float));
+        backend.copy(s.grad, buf + at, static_cast<size_t>(s.count) * sizeof(float));
       at += s.count;
     }
   return at;
@@ -73,22 +74,23 @@ int64_t pack_spans(const DataParallel& dp, const std::vector<int>& indices, floa
 void ModelParallel::finish_gradients() {
   const TraceSpan span("tp/pp grad sums", "comm_wait");
   Comm& tp = groups_.tp();
+  Backend& backend = model_.backend();
   if (!tp_summed_.empty()) {
-    const int64_t n = pack_spans<true>(dp_, tp_summed_, pack_);
+    const int64_t n = pack_spans<true>(backend, dp_, tp_summed_, pack_);
     tp.all_reduce(pack_, n, DType::f32, ReduceOp::sum)->wait();
-    pack_spans<false>(dp_, tp_summed_, pack_);
+    pack_spans<false>(backend, dp_, tp_summed_, pack_);
   }
   if (!kv_summed_.empty()) {
     // Each kv head is shared by `holders` adjacent tp ranks: gather everyone's partial sums and
     // add those of the ranks sharing this rank's head, in rank order (the same on each of them).
     const int holders = model_.params().info(kv_summed_.front()).slice.holders;
-    const int64_t n = pack_spans<true>(dp_, kv_summed_, pack_);
+    const int64_t n = pack_spans<true>(backend, dp_, kv_summed_, pack_);
     tp.all_gather(pack_, gathered_, n, DType::f32)->wait();
     const int first = tp.rank() / holders * holders;
-    std::memcpy(pack_, gathered_ + first * n, static_cast<size_t>(n) * sizeof(float));
+    backend.copy(pack_, gathered_ + first * n, static_cast<size_t>(n) * sizeof(float));
     for (int r = first + 1; r < first + holders; ++r)
-      kernels::add_inplace(pack_, gathered_ + r * n, n);
-    pack_spans<false>(dp_, kv_summed_, pack_);
+      backend.add_inplace(pack_, gathered_ + r * n, n);
+    pack_spans<false>(backend, dp_, kv_summed_, pack_);
   }
   if (tied_copy_ >= 0) {
     // The first and last pipeline stages swap their tied-embedding gradients and both add: a + b
@@ -101,7 +103,7 @@ void ModelParallel::finish_gradients() {
     auto send = pp.send(mine, n, DType::f32, peer, 32000);
     recv->wait();
     send->wait();
-    kernels::add_inplace(mine, tied_peer_, n);
+    backend.add_inplace(mine, tied_peer_, n);
   }
 }
 
@@ -130,7 +132,7 @@ double ModelParallel::grad_norm() {
     const TensorSlice& s = p.info(i).slice;
     if (s.holder_index != 0 || s.stage_copy) continue;  // counted by another rank
     for (const GradSpan& span : dp_.grad_spans(i))
-      local += kernels::sum_squares(span.grad, span.count);
+      local += model_.backend().sum_squares(span.grad, span.count);
   }
   if (dp_.zero_stage() >= 2) local = sum_exactly(groups_.dp(), local, norm_bits_);
   local = sum_exactly(groups_.tp(), local, norm_bits_);

@@ -11,6 +11,8 @@
 //   gather / scatter  global tensors (by name, in the single-process layout) from and to the
 //                     shards of every rank, for checkpoints and sampling.
 // All reductions commute with the data-parallel average, so their order does not matter.
+// Gradients are added, copied and summed through the model's Backend; the arena passed to the
+// constructor (its packing buffers) must take its memory from that backend.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -44,10 +46,10 @@ class ModelParallel {
   double grad_norm();
 
   // Collective over the world: on world rank 0, `whole` (whole_model_layout) receives every
-  // global tensor from `local`, a buffer in this rank's full parameter layout (not dp-sharded);
-  // other ranks leave it untouched. Only data-parallel rank 0 of each (tp, pp) sends.
+  // global tensor from `local`, a host buffer in this rank's full parameter layout (not
+  // dp-sharded); other ranks leave it untouched. Only data-parallel rank 0 of each (tp, pp) sends.
   void gather(const float* local, float* whole);
-  // Every rank takes its blocks of the global tensors `whole` into `local` (full local layout).
+  // Every rank takes its blocks of the global tensors `whole` into `local` (host, full layout).
   void scatter(const float* whole, float* local) const;
   const ParamStore& whole_layout() const { return whole_; }
 

@@ -207,7 +207,8 @@ bool Trainer::attach_bf16_copy(std::vector<OptimSegment>& segments) {
 void Trainer::make_optimizer(std::vector<OptimSegment> segments, int64_t state_size) {
   if (config_.optim.offload != "nvme") {
     optimizer_writes_bf16_ = attach_bf16_copy(segments);
-    optimizer_ = std::make_unique<AdamW>(std::move(segments), state_size, arena_, config_.optim);
+    optimizer_ = std::make_unique<AdamW>(std::move(segments), state_size, arena_, config_.optim,
+                                         model_->backend());
     return;
   }
   OffloadOptions o;
