@@ -11,49 +11,22 @@
 #include <vector>
 
 #include "gpu_test.h"
-#include "io/safetensors.h"
 #include "kernels/backend.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "model/decoder.h"
+#include "model/golden.h"
 
 namespace strata {
 namespace {
+
+using testing::Golden;
 
 // f32 GEMMs in full f32 (TF32 off) and f32 accumulation everywhere; the reductions run in another
 // order than on the CPU, so 1e-4 instead of the CPU's 1e-5.
 constexpr double kTol = 1e-4;
 
-struct Golden {
-  io::SafetensorsFile file;
-  nlohmann::json config;
-  explicit Golden(const std::string& name)
-      : file(io::SafetensorsFile::open(std::string(STRATA_SOURCE_DIR) + "/tests/golden/" + name)) {
-    config = nlohmann::json::parse(file.metadata().at("config"));
-  }
-  template <typename T>
-  std::vector<T> read(const std::string& name) const {
-    const auto info = file.info(name);
-    int64_t n = 1;
-    for (int64_t d : info.shape) n *= d;
-    std::vector<T> out(static_cast<size_t>(n));
-    file.read_into(name, out.data(), out.size() * sizeof(T));
-    return out;
-  }
-};
-
 ModelConfig model_config(const nlohmann::json& j) {
-  ModelConfig c;
-  c.family = family_from_name(j.at("family").get<std::string>());
-  c.n_layer = j.at("n_layer");
-  c.n_head = j.at("n_head");
-  c.n_kv_head = j.at("n_kv_head");
-  c.d_model = j.at("d_model");
-  c.d_ff = j.at("d_ff");
-  c.vocab_size = j.at("vocab_size");
-  c.max_seq_len = j.at("max_seq_len");
-  c.norm_eps = j.at("norm_eps");
-  c.rope_theta = j.at("rope_theta");
-  c.tie_embeddings = j.at("tie_embeddings");
+  ModelConfig c = testing::golden_model_config(j);
   c.attention = "flash";  // the GPU's attention (no naive kernel on cuda)
   return c;
 }

@@ -13,32 +13,14 @@
 #include "model/decoder.h"
 #include "model/generate.h"
 #include "model/guarded_backend.h"
+#include "model/tiny_model.h"
 
 namespace strata {
 namespace {
 
 using testing::GuardedBackend;
-
-ModelConfig tiny(ModelFamily family, const std::string& attention, bool tied) {
-  ModelConfig c;
-  c.family = family;
-  c.n_layer = 2;
-  c.n_head = 4;
-  c.n_kv_head = family == ModelFamily::llama ? 2 : 0;
-  c.d_model = 64;
-  c.vocab_size = 101;
-  c.max_seq_len = 16;
-  c.tie_embeddings = tied;
-  c.attention = attention;
-  return c;
-}
-
-std::vector<int32_t> tokens(int64_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<int32_t> t(static_cast<size_t>(n));
-  for (auto& x : t) x = static_cast<int32_t>(rng() % 101u);
-  return t;
-}
+using testing::tiny_model;
+using testing::tiny_tokens;
 
 struct Result {
   std::vector<double> losses;  // two micro-batches of forward_backward, then forward
@@ -60,13 +42,14 @@ Result run(const ModelConfig& c, DType precision, GuardedBackend* backend) {
   m.params().zero_grads();
   Result r;
   for (uint32_t micro = 0; micro < 2; ++micro) {  // gradients accumulate over micro-batches
-    const auto in = tokens(kBatch * kSeq, 1 + micro), tg = tokens(kBatch * kSeq, 11 + micro);
+    const auto in = tiny_tokens(kBatch * kSeq, 1 + micro),
+               tg = tiny_tokens(kBatch * kSeq, 11 + micro);
     r.losses.push_back(m.forward_backward(in.data(), tg.data(), 1.0f / (2 * kBatch * kSeq)));
   }
   r.grads.resize(static_cast<size_t>(m.params().size()));
   m.backend().copy_to_host(r.grads.data(), m.params().grads(), r.grads.size() * sizeof(float));
 
-  const auto in = tokens(kBatch * kSeq, 21), tg = tokens(kBatch * kSeq, 31);
+  const auto in = tiny_tokens(kBatch * kSeq, 21), tg = tiny_tokens(kBatch * kSeq, 31);
   r.losses.push_back(m.forward(in.data(), tg.data(), kBatch, kSeq));
   const int64_t b = 1, t = 9;  // a shape below the planned one
   m.forward(in.data(), nullptr, b, t);
@@ -84,7 +67,7 @@ TEST(Backend, GuardedRunIsBitwiseThePlainCpuRun) {
     for (DType precision : {DType::f32, DType::bf16}) {
       for (const char* attention : {"naive", "flash"}) {
         for (bool tied : {true, false}) {
-          const ModelConfig c = tiny(family, attention, tied);
+          const ModelConfig c = tiny_model(family, attention, tied);
           const std::string what = std::string(family_name(family)) + " " +
                                    std::string(dtype_name(precision)) + " " + attention +
                                    (tied ? " tied" : " untied");
@@ -104,7 +87,7 @@ TEST(Backend, GuardedRunIsBitwiseThePlainCpuRun) {
 
 // generate reads the logits through the backend.
 TEST(Backend, GenerateOnTheGuardedBackend) {
-  const ModelConfig c = tiny(ModelFamily::llama, "flash", false);
+  const ModelConfig c = tiny_model(ModelFamily::llama, "flash", false);
   SampleOptions s;
   s.max_new_tokens = 6;
   s.temperature = 0.7f;
@@ -133,7 +116,7 @@ TEST(BackendDeathTest, HostAccessOfDeviceMemoryCrashes) {
         Arena arena(guarded.memory());
         DecoderOptions o;
         o.backend = &guarded;
-        Decoder m(tiny(ModelFamily::gpt2, "flash", true), arena, 1, 8, o);
+        Decoder m(tiny_model(ModelFamily::gpt2, "flash", true), arena, 1, 8, o);
         m.init(1);
         volatile float x = m.params().data()[0];
         (void)x;
@@ -160,16 +143,16 @@ std::string construction_error(const ModelConfig& c, Backend& backend, Arena& ar
 TEST(Backend, NaiveAttentionNeedsABackendThatHasIt) {
   NoNaiveBackend backend;
   Arena arena(backend.memory());
-  EXPECT_EQ(construction_error(tiny(ModelFamily::gpt2, "naive", true), backend, arena),
+  EXPECT_EQ(construction_error(tiny_model(ModelFamily::gpt2, "naive", true), backend, arena),
             "model.attention = \"naive\" is not available on cpu; use \"flash\"");
-  EXPECT_EQ(construction_error(tiny(ModelFamily::gpt2, "flash", true), backend, arena), "");
+  EXPECT_EQ(construction_error(tiny_model(ModelFamily::gpt2, "flash", true), backend, arena), "");
 }
 
 TEST(Backend, ArenaMustTakeTheBackendsMemory) {
   GuardedBackend backend;
   Arena host;
   const std::string error =
-      construction_error(tiny(ModelFamily::llama, "flash", false), backend, host);
+      construction_error(tiny_model(ModelFamily::llama, "flash", false), backend, host);
   EXPECT_NE(error.find("the arena's memory (host) is not the memory of the model's backend "
                        "(guarded)"),
             std::string::npos)

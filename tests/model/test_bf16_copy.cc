@@ -7,23 +7,11 @@
 #include <vector>
 
 #include "model/decoder.h"
+#include "model/tiny_model.h"
 #include "optim/adamw.h"
 
 namespace strata {
 namespace {
-
-ModelConfig tiny(ModelFamily family) {
-  ModelConfig c;
-  c.family = family;
-  c.n_layer = 2;
-  c.n_head = 4;
-  c.n_kv_head = family == ModelFamily::llama ? 2 : 0;
-  c.d_model = 64;
-  c.vocab_size = 101;
-  c.max_seq_len = 16;
-  c.tie_embeddings = family == ModelFamily::gpt2;
-  return c;
-}
 
 TEST(Bf16Copy, OptimizerWrittenCopyEqualsTheModelsOwnConversion) {
   for (ModelFamily family : {ModelFamily::gpt2, ModelFamily::llama}) {
@@ -31,7 +19,7 @@ TEST(Bf16Copy, OptimizerWrittenCopyEqualsTheModelsOwnConversion) {
     Arena arena;
     DecoderOptions o;
     o.precision = DType::bf16;
-    Decoder m(tiny(family), arena, b, t, o);
+    Decoder m(testing::tiny_model(family), arena, b, t, o);
     m.init(3);
     std::mt19937 rng(5);
     std::vector<int32_t> in(b * t), tg(b * t);
@@ -63,10 +51,10 @@ TEST(Bf16Copy, OptimizerWrittenCopyEqualsTheModelsOwnConversion) {
 TEST(Bf16Copy, NoCopyOutsideTheParametersOrInF32) {
   Arena arena;
   DecoderOptions o;
-  Decoder f32(tiny(ModelFamily::gpt2), arena, 1, 8, o);
+  Decoder f32(testing::tiny_model(ModelFamily::gpt2), arena, 1, 8, o);
   EXPECT_EQ(f32.bf16_copy_of(f32.params().data()), nullptr);
   o.precision = DType::bf16;
-  Decoder bf16(tiny(ModelFamily::gpt2), arena, 1, 8, o);
+  Decoder bf16(testing::tiny_model(ModelFamily::gpt2), arena, 1, 8, o);
   float outside = 0;
   EXPECT_EQ(bf16.bf16_copy_of(&outside), nullptr);
   EXPECT_NE(bf16.bf16_copy_of(bf16.params().data()), nullptr);

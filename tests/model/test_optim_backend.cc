@@ -12,33 +12,15 @@
 
 #include "model/decoder.h"
 #include "model/guarded_backend.h"
+#include "model/tiny_model.h"
 #include "optim/adamw.h"
 
 namespace strata {
 namespace {
 
 using testing::GuardedBackend;
-
-ModelConfig tiny(ModelFamily family) {
-  ModelConfig c;
-  c.family = family;
-  c.n_layer = 2;
-  c.n_head = 4;
-  c.n_kv_head = family == ModelFamily::llama ? 2 : 0;
-  c.d_model = 64;
-  c.vocab_size = 101;
-  c.max_seq_len = 16;
-  c.tie_embeddings = family == ModelFamily::gpt2;
-  c.attention = "flash";
-  return c;
-}
-
-std::vector<int32_t> tokens(int64_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<int32_t> t(static_cast<size_t>(n));
-  for (auto& x : t) x = static_cast<int32_t>(rng() % 101u);
-  return t;
-}
+using testing::tiny_model;
+using testing::tiny_tokens;
 
 struct Result {
   std::vector<double> norms, losses;
@@ -63,7 +45,7 @@ Result run(ModelFamily family, DType precision, GuardedBackend* backend) {
   DecoderOptions o;
   o.precision = precision;
   o.backend = backend;
-  Decoder model(tiny(family), arena, kBatch, kSeq, o);
+  Decoder model(tiny_model(family, "flash"), arena, kBatch, kSeq, o);
   model.init(7);
   ParamStore& params = model.params();
   OptimConfig oc;
@@ -87,8 +69,8 @@ Result run(ModelFamily family, DType precision, GuardedBackend* backend) {
   Result r;
   const int64_t unlocks0 = backend ? backend->guarded_memory().unlocks() : 0;
   for (int64_t step = 0; step < kSteps; ++step) {
-    const auto in = tokens(kBatch * kSeq, 1 + static_cast<uint32_t>(step));
-    const auto tg = tokens(kBatch * kSeq, 11 + static_cast<uint32_t>(step));
+    const auto in = tiny_tokens(kBatch * kSeq, 1 + static_cast<uint32_t>(step));
+    const auto tg = tiny_tokens(kBatch * kSeq, 11 + static_cast<uint32_t>(step));
     params.zero_grads();
     r.losses.push_back(model.forward_backward(in.data(), tg.data(), 1.0f / (kBatch * kSeq)));
     const double norm = global_grad_norm(params);
@@ -97,7 +79,7 @@ Result run(ModelFamily family, DType precision, GuardedBackend* backend) {
     params.bump_version();
     if (bf16) model.bf16_copy_written();
   }
-  const auto in = tokens(kBatch * kSeq, 21), tg = tokens(kBatch * kSeq, 31);
+  const auto in = tiny_tokens(kBatch * kSeq, 21), tg = tiny_tokens(kBatch * kSeq, 31);
   r.losses.push_back(model.forward(in.data(), tg.data(), kBatch, kSeq));  // uses the new weights
   if (backend) r.unlocks = backend->guarded_memory().unlocks() - unlocks0;
 

@@ -8,48 +8,14 @@
 #include <string>
 #include <vector>
 
-#include "io/safetensors.h"
 #include "model/decoder.h"
+#include "model/golden.h"
 #include "optim/adamw.h"
 
 namespace strata {
 namespace {
 
-struct Golden {
-  io::SafetensorsFile file;
-  nlohmann::json config, optim;
-
-  explicit Golden(const std::string& name)
-      : file(io::SafetensorsFile::open(std::string(STRATA_SOURCE_DIR) + "/tests/golden/" + name)) {
-    config = nlohmann::json::parse(file.metadata().at("config"));
-    optim = nlohmann::json::parse(file.metadata().at("optim"));
-  }
-  template <typename T>
-  std::vector<T> read(const std::string& name) const {
-    const auto info = file.info(name);
-    int64_t n = 1;
-    for (int64_t d : info.shape) n *= d;
-    std::vector<T> out(static_cast<size_t>(n));
-    file.read_into(name, out.data(), out.size() * sizeof(T));
-    return out;
-  }
-};
-
-ModelConfig model_config(const nlohmann::json& j) {
-  ModelConfig c;
-  c.family = family_from_name(j.at("family").get<std::string>());
-  c.n_layer = j.at("n_layer");
-  c.n_head = j.at("n_head");
-  c.n_kv_head = j.at("n_kv_head");
-  c.d_model = j.at("d_model");
-  c.d_ff = j.at("d_ff");
-  c.vocab_size = j.at("vocab_size");
-  c.max_seq_len = j.at("max_seq_len");
-  c.norm_eps = j.at("norm_eps");
-  c.rope_theta = j.at("rope_theta");
-  c.tie_embeddings = j.at("tie_embeddings");
-  return c;
-}
+using testing::Golden;
 
 // ||a - b|| / ||b||, in double.
 double rel_error(const float* a, const std::vector<float>& b) {
@@ -109,7 +75,7 @@ void check_against_torch(const std::string& golden_name) {
   const int steps = g.optim.at("steps");
   const OptimConfig oc = golden_optim(g);
   Arena arena;
-  Decoder model(model_config(g.config), arena, batch, seq);
+  Decoder model(testing::golden_model_config(g.config), arena, batch, seq);
   ParamStore& params = model.params();
   // Every golden parameter exists in strata's model and vice versa.
   int golden_params = 0;
@@ -168,7 +134,7 @@ void check_against_torch(const std::string& golden_name) {
   // few weights by up to lr: compared at 2e-4, and the zero-gradient k bias not at all.
   {
     Arena arena2;
-    Decoder chained(model_config(g.config), arena2, batch, seq);
+    Decoder chained(testing::golden_model_config(g.config), arena2, batch, seq);
     ParamStore& cp = chained.params();
     load_params(g, cp, "param.");
     AdamW adamw(cp, arena2, oc);

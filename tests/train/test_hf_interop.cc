@@ -236,7 +236,7 @@ TEST(HfExport, Bf16RoundsAndImportsBack) {
       ASSERT_EQ(imported.at(name)[k], bf16_to_f32(f32_to_bf16(values[k]))) << name << " " << k;
 }
 
-TEST(HfExport, ShipsTheTokenizerOrSaysWhatToDo) {
+TEST(HfExport, ShipsTheTokenizerOrExplainsWhyNot) {
   const std::string dir = test_support::fresh_dir("hf_tok");
   const RunConfig run = tiny("gpt2", true, 320);
   write_checkpoint(dir + "/bare", run, 1, 1);
