@@ -39,22 +39,33 @@ ProcessGroups ProcessGroups::create(const Layout& layout) {
   return g;
 }
 
+void ProcessGroups::route_through(Routes routes) {
+  STRATA_CHECK(routes.world && routes.dp && routes.tp && routes.pp,
+               "ProcessGroups::route_through: every group needs a route");
+  routes_ = std::move(routes);
+}
+
+std::vector<Comm*> ProcessGroups::all_active() const {
+  return {active(world_, routes_.world), active(dp_, routes_.dp), active(tp_, routes_.tp),
+          active(pp_, routes_.pp)};
+}
+
 void ProcessGroups::set_step(int64_t step) {
-  for (MpiComm* c : {world_.get(), dp_.get(), tp_.get(), pp_.get()}) c->set_step(step);
+  for (Comm* c : all_active()) c->set_step(step);
 }
 
 void ProcessGroups::set_timeout(double seconds) {
-  for (MpiComm* c : {world_.get(), dp_.get(), tp_.get(), pp_.get()}) c->set_timeout(seconds);
+  for (Comm* c : all_active()) c->set_timeout(seconds);
 }
 
 CommStats ProcessGroups::stats() const {
   CommStats total;
-  for (const MpiComm* c : {world_.get(), dp_.get(), tp_.get(), pp_.get()}) total += c->stats();
+  for (const Comm* c : all_active()) total += c->stats();
   return total;
 }
 
 void ProcessGroups::reset_stats() {
-  for (MpiComm* c : {world_.get(), dp_.get(), tp_.get(), pp_.get()}) c->reset_stats();
+  for (Comm* c : all_active()) c->reset_stats();
 }
 
 }  // namespace strata

@@ -8,6 +8,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "comm/layout.h"
 #include "comm/mpi_comm.h"
@@ -19,10 +20,23 @@ class ProcessGroups {
   // Collective over MPI_COMM_WORLD (mpi_init first); the world size must equal layout.world().
   static ProcessGroups create(const Layout& layout);
 
-  Comm& world() { return *world_; }
-  Comm& dp() { return *dp_; }
-  Comm& tp() { return *tp_; }
-  Comm& pp() { return *pp_; }
+  // The groups' communicators: the MPI ones, or the routes installed by route_through.
+  Comm& world() { return *active(world_, routes_.world); }
+  Comm& dp() { return *active(dp_, routes_.dp); }
+  Comm& tp() { return *active(tp_, routes_.tp); }
+  Comm& pp() { return *active(pp_, routes_.pp); }
+  // The MPI communicators themselves (what a route wraps, whatever is installed).
+  MpiComm& mpi_world() { return *world_; }
+  MpiComm& mpi_dp() { return *dp_; }
+  MpiComm& mpi_tp() { return *tp_; }
+  MpiComm& mpi_pp() { return *pp_; }
+  // Communicators of the same groups that take over from the MPI ones for every caller, e.g.
+  // comm/nccl's DeviceHostComm (GPU buffers over NCCL, host buffers over the MPI group). A job on
+  // GPUs installs them once, before any model or parallel code holds a group.
+  struct Routes {
+    std::unique_ptr<Comm> world, dp, tp, pp;
+  };
+  void route_through(Routes routes);
   const Layout& layout() const { return layout_; }
   Layout::Coord coord() const { return coord_; }
 
@@ -37,7 +51,13 @@ class ProcessGroups {
   ProcessGroups() = default;
   Layout layout_;
   Layout::Coord coord_;
+  std::vector<Comm*> all_active() const;
+  static Comm* active(const std::unique_ptr<MpiComm>& mpi, const std::unique_ptr<Comm>& route) {
+    return route ? route.get() : static_cast<Comm*>(mpi.get());
+  }
+
   std::unique_ptr<MpiComm> world_, dp_, tp_, pp_;
+  Routes routes_;  // null entries: the MPI group serves
 };
 
 }  // namespace strata

@@ -101,6 +101,7 @@ const Field kFields[] = {
     STRATA_FIELD(parallel, comm_timeout_s),
     STRATA_FIELD(parallel, grad_reduce_dtype),
     STRATA_FIELD(system, memory_limit_mb),
+    STRATA_FIELD(system, device),
     STRATA_FIELD(fp16, loss_scale),
     STRATA_FIELD(fp16, initial_scale_power),
     STRATA_FIELD(fp16, loss_scale_window),

@@ -46,6 +46,9 @@ struct RunDirConfig {
 struct SystemConfig {
   int64_t threads = 0;          // 0: all cores
   int64_t memory_limit_mb = 0;  // 0: no limit; otherwise the arena enforces it
+  // Where the model, its gradients and the optimizer state live: "cpu", or "cuda" (one GPU per
+  // rank: local rank modulo the visible GPUs; builds with the CUDA backend only).
+  std::string device = "cpu";
 };
 
 // [parallel]: how ranks are arranged (Megatron order: tp fastest, then dp, then pp) and how

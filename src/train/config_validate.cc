@@ -113,6 +113,16 @@ void validate_config(RunConfig& c, const std::string& where) {
         c.system.threads);
   check(c.system.memory_limit_mb >= 0, where,
         "system.memory_limit_mb: must be 0 (no limit) or more, got ", c.system.memory_limit_mb);
+  check(c.system.device == "cpu" || c.system.device == "cuda", where, "system.device: unknown '",
+        c.system.device, "' (expected \"cpu\" or \"cuda\")");
+  if (c.system.device == "cuda") {
+    check(c.optim.offload != "nvme", where,
+          "optim.offload = \"nvme\" streams the optimizer state through host memory on the CPU "
+          "device only; with system.device = \"cuda\" use optim.offload = \"none\"");
+    check(c.model.attention == "flash", where, "model.attention = \"", c.model.attention,
+          "\" has no CUDA kernel (it materialises T x T probabilities); with system.device = "
+          "\"cuda\" set model.attention = \"flash\"");
+  }
   const ParallelConfig& p = c.parallel;
   check(p.tp >= 1, where, "parallel.tp: must be at least 1, got ", p.tp);
   check(p.pp >= 1, where, "parallel.pp: must be at least 1, got ", p.pp);

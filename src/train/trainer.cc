@@ -68,23 +68,12 @@ int64_t offload_chunk_elements(const OptimConfig& optim) {
   return std::max<int64_t>(1024, static_cast<int64_t>(optim.offload_chunk_mb * (1 << 20) / 4));
 }
 
-double measure_gemm_flops() {
-  // A training-sized product (about 2 GFLOP, ~10 ms): small ones under-report the peak, and MFU
-  // is this rate's fraction, so it must be the best the machine does.
-  const int64_t n = 1024;
-  std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
-  kernels::gemm(false, true, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
-  double best = 0;
-  for (int rep = 0; rep < 8; ++rep) {
-    const auto t0 = Clock::now();
-    kernels::gemm(false, true, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
-    best = std::max(best, 2.0 * n * n * n / seconds_since(t0));
-  }
-  return best;
-}
-
-Trainer::Trainer(RunConfig config, ProcessGroups* groups)
-    : config_(std::move(config)), groups_(groups) {
+Trainer::Trainer(RunConfig config, ProcessGroups* groups, Backend* backend)
+    : config_(std::move(config)),
+      groups_(groups),
+      device_(backend ? std::make_unique<TrainDevice>(*backend)
+                      : std::make_unique<TrainDevice>(config_.system)),
+      arena_(device_->backend().memory()) {
   if (groups_) {
     rank_ = groups_->world().rank();
     world_ = groups_->world().size();
@@ -123,7 +112,7 @@ Trainer::Trainer(RunConfig config, ProcessGroups* groups)
       floats += s.entry.count;
     ckpt_writer_.reserve(floats);
   }
-  peak_flops_ = measure_gemm_flops();
+  peak_flops_ = device_->measure_peak_flops(train_precision(config_.train));
   if (is_rank0())
     metrics_ = std::make_unique<MetricsSink>(config_.run.dir, config_.track.tensorboard);
   if (is_rank0()) mlflow_ = start_mlflow(config_);  // [mlflow]
@@ -131,7 +120,9 @@ Trainer::Trainer(RunConfig config, ProcessGroups* groups)
   profiler_.setup(config_.profile, config_.run.dir, groups_);  // [profile]: collective
   log::info("model: ", family_name(config_.model.family), " ", config_.model.n_layer,
             " layers, d_model ", config_.model.d_model, ", ", model_->params().size(),
-            " parameters; ", omp_get_max_threads(), " threads; GEMM ", kernels::gemm_backend(),
+            " parameters; ", omp_get_max_threads(), " threads; device ", device_->description(),
+            "; GEMM ",
+            device_->backend().kind() == DeviceKind::cpu ? kernels::gemm_backend() : "cuBLASLt",
             " at ", static_cast<int64_t>(peak_flops_ / 1e9), " GFLOP/s");
 }
 
@@ -147,15 +138,23 @@ void Trainer::build_model() {
     DecoderOptions o;
     o.recompute = recompute;
     o.precision = precision;
+    o.backend = &device_->backend();
     model_ = std::make_unique<Decoder>(config_.model, arena_, t.batch_size, t.seq_len, o);
     model_->init(t.seed);
     make_optimizer(segments_for_all(model_->params()), model_->params().size());
   } else {
     const Layout& layout = groups_->layout();
+    STRATA_CHECK(device_->is_host() || layout.pp == 1,
+                 "system.device = \"cuda\" with parallel.pp = ", layout.pp,
+                 ": pipeline parallelism does not run on GPUs yet (its point-to-point transfers "
+                 "are not ordered for NCCL); use parallel.pp = 1 (tp and dp run on GPUs), or "
+                 "system.device = \"cpu\"");
+    device_->route(*groups_);  // device buffers over NCCL from here on (no-op on the CPU)
     dp_ = std::make_unique<DataParallel>(groups_->dp(), data_parallel_options(p));
     DecoderOptions o;
     o.recompute = recompute;
     o.precision = precision;
+    o.backend = &device_->backend();
     o.plan = [this](ParamStore& params) { dp_->plan(params); };
     const ShardSpec spec{layout.tp, layout.pp, static_cast<int>(p.vpp),
                          p.sp,      tokens,    p.stage_layers};
@@ -185,8 +184,8 @@ void Trainer::build_model() {
   }
   // A pipeline holds every micro-batch of the step at once; otherwise one at a time.
   const int64_t held = pipe_ ? micro_batches_ : 1;
-  inputs_ = arena_.alloc<int32_t>(MemCategory::workspace, held * tokens, "input batch");
-  targets_ = arena_.alloc<int32_t>(MemCategory::workspace, held * tokens, "target batch");
+  inputs_ = host_arena_.alloc<int32_t>(MemCategory::workspace, held * tokens, "input batch");
+  targets_ = host_arena_.alloc<int32_t>(MemCategory::workspace, held * tokens, "target batch");
 }
 
 // bf16: AdamW rounds each updated master value into the model's bf16 working weights when its
@@ -403,6 +402,7 @@ StepResult Trainer::train_step() {
   }
   r.skipped = !apply;
   if (scaler_) scaler_->update(!finite);
+  device_->backend().synchronize();  // a GPU's update has finished: the step's times are real
   r.optimizer_s = seconds_since(tick);
   trace::complete_since("optimizer", "optimizer", tick);
   ++step_;
@@ -437,9 +437,16 @@ double Trainer::evaluate() {
 
 std::vector<float> Trainer::local_full(const float* local_or_shard, bool sharded) {
   const ParamStore& params = model_->params();
-  if (!sharded) return std::vector<float>(local_or_shard, local_or_shard + params.size());
+  if (!sharded) {
+    std::vector<float> full(static_cast<size_t>(params.size()));
+    device_->download(full.data(), local_or_shard, params.size());
+    return full;
+  }
+  // The shard on the host first: the gather then runs over the host (MPI) group.
+  std::vector<float> staging;
+  const float* shard = device_->host_view(local_or_shard, dp_->shard_size(), staging);
   std::vector<float> full(static_cast<size_t>(params.size()));
-  dp_->gather_to_full(local_or_shard, full.data());
+  dp_->gather_to_full(shard, full.data());
   return full;
 }
 

@@ -26,6 +26,7 @@
 #include "train/config.h"
 #include "train/profiler.h"
 #include "train/token_source.h"
+#include "train/train_device.h"
 
 namespace strata {
 
@@ -67,7 +68,9 @@ struct StepResult {
 class Trainer {
  public:
   // One process (groups == nullptr), or one rank of a job whose process groups are given.
-  explicit Trainer(RunConfig config, ProcessGroups* groups = nullptr);
+  // `backend`: run on it instead of system.device's (tests: a CPU backend whose memory the host
+  // cannot touch, proving that the trainer reads device buffers only through the backend).
+  explicit Trainer(RunConfig config, ProcessGroups* groups = nullptr, Backend* backend = nullptr);
   ~Trainer();
 
   // The whole job: train to train.steps, evaluate, checkpoint, sample. Returns the final
@@ -141,7 +144,9 @@ class Trainer {
   RunConfig config_;
   ProcessGroups* groups_ = nullptr;
   int rank_ = 0, world_ = 1;
-  Arena arena_;
+  std::unique_ptr<TrainDevice> device_;  // system.device: the model's backend (and NCCL routes)
+  Arena arena_;                          // the model's buffers, on the device
+  Arena host_arena_;                     // host buffers of the step loop (token batches)
   std::string data_dir_, tokenizer_path_;
   std::unique_ptr<Decoder> model_;
   std::unique_ptr<DataParallel> dp_;
@@ -161,6 +166,7 @@ class Trainer {
   std::optional<CheckpointState> pending_save_;       // started, not yet committed
   std::optional<CheckpointWriteResult> ckpt_result_;  // this rank's write, once finished
   std::vector<float> offload_snapshot_;               // master, m, v read back from the files
+  std::vector<float> device_snapshot_;                // params, m, v downloaded from a GPU
   nlohmann::json last_checkpoint_;                    // the latest commit, for the next metrics
   nlohmann::json lineage_;  // the checkpoint this run resumed from, and its ancestors (rank 0)
   std::unique_ptr<LossSpikeDetector> spikes_;
@@ -177,8 +183,5 @@ class Trainer {
   std::unique_ptr<ConsoleProgress> console_;
   StepProfiler profiler_;  // [profile]: the tracer's window of steps
 };
-
-// Measures this machine's f32 GEMM rate (FLOP/s) with the current thread count; used for MFU.
-double measure_gemm_flops();
 
 }  // namespace strata

@@ -103,7 +103,8 @@ void Trainer::inject_gradient_faults() {
   }
   if (!g) return;
   log::warn("fault injection: rank ", rank_, " writes NaN into a gradient at step ", step);
-  g[0] = std::numeric_limits<float>::quiet_NaN();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  device_->upload(g, &nan, 1);
 }
 
 bool Trainer::accept_update(double loss, double grad_norm, StepResult& r) {
@@ -178,14 +179,18 @@ void Trainer::after_step_checks(StepResult& r) {
   }
   if (f.diverge_rank == rank_ && f.diverge_step == r.step && model_->params().data()) {
     log::warn("fault injection: rank ", rank_, " perturbs a parameter after step ", r.step);
-    model_->params().data()[0] += 1e-3f;
+    float first = 0;
+    device_->download(&first, model_->params().data(), 1);
+    first += 1e-3f;
+    device_->upload(model_->params().data(), &first, 1);
     model_->params().bump_version();
   }
   const bool replicated = dp_ && !dp_->params_sharded() && groups_->dp().size() > 1;
   if (a.replica_check_every > 0 && r.step % a.replica_check_every == 0 && replicated) {
     const ParamStore& params = model_->params();
     io::XxHash64 h;
-    h.update(params.data(), static_cast<size_t>(params.size()) * sizeof(float));
+    h.update(device_->host_view(params.data(), params.size(), device_snapshot_),
+             static_cast<size_t>(params.size()) * sizeof(float));
     Comm& dp = groups_->dp();
     float mine[5];
     split16(h.finish(), mine);

@@ -61,6 +61,21 @@ std::vector<SliceSource> Trainer::checkpoint_sources(bool read_offloaded) {
   const bool params_sharded = dp_ && dp_->params_sharded();
   const bool state_sharded = dp_ && dp_->optimizer_sharded();
   const float* pbase = params_sharded ? dp_->shard_params() : params.data();
+  if (!device_->is_host()) {
+    // On a GPU the slices are written from host copies (the writer reads them on the host).
+    const int64_t np = params_sharded ? dp_->shard_size() : params.size();
+    const int64_t ns = optimizer_ ? optimizer_->state_size() : 0;
+    device_snapshot_.resize(static_cast<size_t>(np + 2 * ns));
+    float* host = device_snapshot_.data();
+    device_->download(host, pbase, np);
+    pbase = host;
+    if (optimizer_) {
+      device_->download(host + np, m, ns);
+      device_->download(host + np + ns, v, ns);
+      m = host + np;
+      v = host + np + ns;
+    }
+  }
   std::vector<SliceSource> out;
   for (int i = 0; i < params.count(); ++i) {
     const ParamInfo& p = params.info(i);
@@ -204,12 +219,35 @@ void Trainer::load_checkpoint(const std::string& dir) {
   const bool moments = std::any_of(entries.begin(), entries.end(), [](const SliceEntry& e) {
     return e.tensor.rfind("exp_avg.", 0) == 0;
   });
-  if (!moments && m && v) {
+  if (!moments && m && v && device_->is_host()) {  // on a GPU: below, on the host copies
     const int64_t n = offload_ ? offload_->state_size() : optimizer_->state_size();
     std::fill(m, m + n, 0.0f);
     std::fill(v, v + n, 0.0f);
   }
   float* pbase = params_sharded ? dp_->shard_params() : params.data();
+  // On a GPU the slices are read into host buffers first, then uploaded.
+  float* const device_params = pbase;
+  float* const device_m = m;
+  float* const device_v = v;
+  const int64_t np = params_sharded ? dp_->shard_size() : params.size();
+  const int64_t ns = optimizer_ ? optimizer_->state_size() : 0;
+  if (!device_->is_host()) {
+    device_snapshot_.resize(static_cast<size_t>(np + 2 * ns));
+    float* host = device_snapshot_.data();
+    device_->download(host, pbase, np);  // elements no slice covers keep their values
+    pbase = host;
+    if (optimizer_) {
+      m = host + np;
+      v = host + np + ns;
+      if (!moments) {
+        std::fill(m, m + ns, 0.0f);
+        std::fill(v, v + ns, 0.0f);
+      } else {
+        device_->download(m, device_m, ns);
+        device_->download(v, device_v, ns);
+      }
+    }
+  }
   std::vector<SliceTarget> targets;
   for (int i = 0; i < params.count(); ++i) {
     const ParamInfo& p = params.info(i);
@@ -229,6 +267,13 @@ void Trainer::load_checkpoint(const std::string& dir) {
   }
   load_slices(dir, entries, targets);
   if (offload_) offload_->write_state(master, m, v);
+  if (!device_->is_host()) {
+    device_->upload(device_params, pbase, np);
+    if (optimizer_) {
+      device_->upload(device_m, m, ns);
+      device_->upload(device_v, v, ns);
+    }
+  }
 }
 
 void Trainer::resume() {

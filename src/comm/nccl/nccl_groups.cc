@@ -4,10 +4,10 @@ namespace strata {
 
 NcclGroups make_nccl_groups(ProcessGroups& groups, int device) {
   NcclGroups g;
-  g.world = std::make_unique<NcclComm>(groups.world(), device);
-  g.tp = std::make_unique<NcclComm>(groups.tp(), device);
-  g.dp = std::make_unique<NcclComm>(groups.dp(), device);
-  g.pp = std::make_unique<NcclComm>(groups.pp(), device);
+  g.world = std::make_unique<NcclComm>(groups.mpi_world(), device);
+  g.tp = std::make_unique<NcclComm>(groups.mpi_tp(), device);
+  g.dp = std::make_unique<NcclComm>(groups.mpi_dp(), device);
+  g.pp = std::make_unique<NcclComm>(groups.mpi_pp(), device);
   return g;
 }
 
