@@ -12,10 +12,11 @@
 //    |want| (out, dqkv; lse, which involves no bf16 rounding, 1e-4) - a flipped P or dS moves an
 //    element by far less;
 //  * in aggregate, relative L2 error ||got - want|| / ||want||: 1e-3 against the scalar CUDA
-//    kernel and for out against the CPU (both expected ~1e-5). dqkv against the CPU gets 5e-3:
-//    the CPU rounds dS * scale rather than dS, which for hd = 128 (scale = 1/sqrt(128), not a
-//    power of 2) gives every dS term an independent ~2^-9 rounding difference, ~1.6e-3 relative
-//    on the random-sign sums dK and dQ.
+//    kernel and for out against the CPU (expected ~1e-5). dqkv against the CPU gets 1e-2: the CPU
+//    rounds dS * scale rather than dS, which for hd = 128 (scale = 1/sqrt(128), not a power of 2)
+//    gives every dS term an independent ~2^-9 rounding difference, ~2e-3 relative on the
+//    random-sign sums dK and dQ (2.3e-3 measured on these kernels under a host emulation of
+//    ldmatrix/mma; ~1e-5 for hd = 64, where the scale is exact).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -143,7 +144,7 @@ TEST(CudaFlashAttentionMma, MatchesTheCpuBf16KernelAndTheScalarCudaKernel) {
     EXPECT_TRUE(rel_l2(got.out, cpu.out, 1e-3));
     EXPECT_TRUE(close(got.lse, cpu.lse, 1e-4));
     EXPECT_TRUE(close(got.dqkv, cpu.dqkv, 2e-2));
-    EXPECT_TRUE(rel_l2(got.dqkv, cpu.dqkv, 5e-3));
+    EXPECT_TRUE(rel_l2(got.dqkv, cpu.dqkv, 1e-2));
 
     const Result scalar = run_gpu(Kernel::kScalar, s, qkv16, dout);
     EXPECT_TRUE(close(got.out, scalar.out, 2e-2));
@@ -184,7 +185,7 @@ TEST(CudaFlashAttentionMma, Bf16OutputIsTheF32OutputRoundedAndItsBackwardMatches
                                            s.hd);
     const std::vector<float> got = dqkv.download();
     EXPECT_TRUE(close(got, want, 2e-2));
-    EXPECT_TRUE(rel_l2(got, want, 5e-3));
+    EXPECT_TRUE(rel_l2(got, want, 1e-2));
   }
 }
 
