@@ -1,10 +1,13 @@
 // GPU micro-benchmark: the bf16 matrix rate measured in this run (cuBLASLt through GemmLt, bf16
 // operands, f32 accumulation, on a large square GEMM and GPT-2 124M's training shapes), against
-// which flash attention's forward and backward TFLOP/s (kernels/cuda/flash_attention.cu, causal)
-// are reported. Without a GPU it prints "skipped: no GPU" and exits 0.
+// which flash attention's forward, backward and forward+backward TFLOP/s (causal) are reported,
+// for the tensor-core kernel (kernels/cuda/flash_attention_mma.h) and the scalar one
+// (flash_attention.h) at GPT-2 124M and llama-like shapes. bench/attention_vs_torch_gpu.py
+// times PyTorch's fused attention backends (cuDNN, FlashAttention-2) on the same shapes.
+// Without a GPU it prints "skipped: no GPU" and exits 0.
 // A .cu rather than a .cc so that bench/CMakeLists.txt's *.cc glob (CPU benchmarks linked
 // without CUDA) does not pick it up.
-// Options: --quick (fewer repetitions, no 8192 square, attention at t = 1024 only).
+// Options: --quick (fewer repetitions, no 8192 square, two attention shapes).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -20,6 +23,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/flash_attention.h"
+#include "kernels/cuda/flash_attention_mma.h"
 #include "kernels/cuda/gemm.h"
 
 namespace {
@@ -112,41 +116,79 @@ double bench_gemm(GemmLt& lt, cudaStream_t stream, bool quick) {
   return best;
 }
 
+struct AttentionShape {
+  const char* name;
+  int64_t b, t, nh, nkv, hd;
+};
+
+// Flash attention, bf16 q/k/v, f32 out and gradients (what CudaBackend runs), causal: the
+// tensor-core kernel (flash_attention_mma.h, CudaBackend's default) against the scalar one
+// (STRATA_FLASH_KERNEL=scalar). FLOPs as FlashAttention counts them: the forward's two products
+// (Q K^T, P V) of 2 t^2 hd each per (batch, head), halved by the causal mask; the backward 2.5x
+// that (five products); the dQ pass's recomputation of S and dP is not counted.
 void bench_attention(cudaStream_t stream, bool quick, double peak) {
-  std::printf("%-28s %6s %4s %4s  %9s %9s %9s %9s\n", "flash attention (bf16, causal)", "t", "hd",
-              "nh", "fwd ms", "fwd TF/s", "bwd ms", "bwd TF/s");
-  const int64_t tokens = 16 * 1024;
-  for (int64_t t : {int64_t{1024}, int64_t{4096}}) {
-    if (quick && t > 1024) continue;
-    for (int64_t hd : {int64_t{64}, int64_t{128}}) {
-      const int64_t b = tokens / t, nh = 2048 / hd, nkv = nh;
-      const size_t qkv_n = static_cast<size_t>(b * t * (nh + 2 * nkv) * hd);
-      const size_t out_n = static_cast<size_t>(b * t * nh * hd);
-      Buffer qkv(qkv_n * 2, true, 5), dout(out_n * 4, false, 6), out(out_n * 4, false, 7),
-          lse(static_cast<size_t>(b * nh * t) * 4, false, 8), dqkv(qkv_n * 4, false, 9),
-          ws(static_cast<size_t>(flash_attention_backward_workspace(b, t, nh, nkv, hd)), false);
+  std::vector<AttentionShape> shapes = {
+      {"gpt2 124M", 8, 1024, 12, 12, 64},
+      {"llama-like (GQA 4)", 4, 2048, 32, 8, 128},
+  };
+  if (!quick) {
+    shapes.push_back({"gpt2 124M", 16, 1024, 12, 12, 64});
+    shapes.push_back({"gpt2 124M, t 4096", 4, 4096, 12, 12, 64});
+    shapes.push_back({"llama-like (GQA 4)", 2, 4096, 32, 8, 128});
+  }
+  std::printf(
+      "flash attention, bf16 in, causal; TF/s = causal FLOPs (fwd 2 t^2 hd b nh, "
+      "bwd 2.5x, fwd+bwd 3.5x) / time\n");
+  std::printf("%-20s %3s %5s %3s %3s %4s %7s  %8s %8s %8s %9s %9s\n", "shape", "b", "t", "nh",
+              "nkv", "hd", "kernel", "fwd ms", "fwd TF/s", "bwd TF/s", "f+b ms", "f+b TF/s");
+  for (const AttentionShape& s : shapes) {
+    const int64_t b = s.b, t = s.t, nh = s.nh, nkv = s.nkv, hd = s.hd;
+    const size_t qkv_n = static_cast<size_t>(b * t * (nh + 2 * nkv) * hd);
+    const size_t out_n = static_cast<size_t>(b * t * nh * hd);
+    Buffer qkv(qkv_n * 2, true, 5), dout(out_n * 4, false, 6), out(out_n * 4, false, 7),
+        lse(static_cast<size_t>(b * nh * t) * 4, false, 8), dqkv(qkv_n * 4, false, 9),
+        ws(static_cast<size_t>(flash_attention_mma_backward_workspace(b, t, nh, nkv, hd)), false);
+    const double fwd_flops = 4.0 * b * nh * t * t * hd / 2.0;
+    const double bwd_flops = 2.5 * fwd_flops;
+    for (const bool use_mma : {true, false}) {
       const auto fwd = [&] {
-        flash_attention_forward_bf16(out.as<float>(), lse.as<float>(), qkv.as<uint16_t>(), b, t, nh,
-                                     nkv, hd, stream);
+        if (use_mma) {
+          flash_attention_mma_forward_bf16(out.as<float>(), lse.as<float>(), qkv.as<uint16_t>(), b,
+                                           t, nh, nkv, hd, stream);
+        } else {
+          flash_attention_forward_bf16(out.as<float>(), lse.as<float>(), qkv.as<uint16_t>(), b, t,
+                                       nh, nkv, hd, stream);
+        }
       };
       const auto bwd = [&] {
-        flash_attention_backward_bf16(dqkv.as<float>(), ws.ptr, dout.as<float>(),
-                                      qkv.as<uint16_t>(), out.as<float>(), lse.as<float>(), b, t,
-                                      nh, nkv, hd, stream);
+        if (use_mma) {
+          flash_attention_mma_backward_bf16(dqkv.as<float>(), ws.ptr, dout.as<float>(),
+                                            qkv.as<uint16_t>(), out.as<float>(), lse.as<float>(), b,
+                                            t, nh, nkv, hd, stream);
+        } else {
+          flash_attention_backward_bf16(dqkv.as<float>(), ws.ptr, dout.as<float>(),
+                                        qkv.as<uint16_t>(), out.as<float>(), lse.as<float>(), b, t,
+                                        nh, nkv, hd, stream);
+        }
       };
-      const int reps = quick ? 3 : 10;
+      const int reps = quick ? 5 : 20;
       const double fwd_ms = time_ms(fwd, stream, 2, reps);
       const double bwd_ms = time_ms(bwd, stream, 2, reps);
-      // Causal FLOPs as FlashAttention counts them: forward 2 products of 2*t*t*hd, halved by
-      // the mask; backward 5 products (2.5x). The dQ pass's recomputation is not counted.
-      const double fwd_flops = 4.0 * b * nh * t * t * hd / 2.0;
-      const double bwd_flops = 2.5 * fwd_flops;
-      const double ftf = fwd_flops / (fwd_ms * 1e-3) / 1e12,
-                   btf = bwd_flops / (bwd_ms * 1e-3) / 1e12;
+      const double all_ms = time_ms(
+          [&] {
+            fwd();
+            bwd();
+          },
+          stream, 1, reps);
+      const double ftf = fwd_flops / (fwd_ms * 1e-3) / 1e12;
+      const double btf = bwd_flops / (bwd_ms * 1e-3) / 1e12;
+      const double atf = (fwd_flops + bwd_flops) / (all_ms * 1e-3) / 1e12;
       std::printf(
-          "%-28s %6lld %4lld %4lld  %9.3f %9.1f %9.3f %9.1f  (%.0f%% / %.0f%% of bf16 GEMM)\n", "",
-          static_cast<long long>(t), static_cast<long long>(hd), static_cast<long long>(nh), fwd_ms,
-          ftf, bwd_ms, btf, 100.0 * ftf / peak, 100.0 * btf / peak);
+          "%-20s %3lld %5lld %3lld %3lld %4lld %7s  %8.3f %8.1f %8.1f %9.3f %9.1f  "
+          "(fwd %.0f%%, f+b %.0f%% of bf16 GEMM)\n",
+          s.name, static_cast<long long>(b), static_cast<long long>(t), static_cast<long long>(nh),
+          static_cast<long long>(nkv), static_cast<long long>(hd), use_mma ? "mma" : "scalar",
+          fwd_ms, ftf, btf, all_ms, atf, 100.0 * ftf / peak, 100.0 * atf / peak);
     }
   }
 }

@@ -16,6 +16,8 @@
 #   nccl_np2     the same with -np 2, only with >= 2 GPUs      -> $OUT/nccl_np2.txt
 #   nccl_timeout a held all_reduce must end the rank with exit 124 and the one-line error
 #   bench_cuda   the CUDA micro-benchmark (GEMM, flash attention) -> $OUT/bench_cuda.txt
+#   attention_vs_torch  PyTorch SDPA backends on the same attention shapes (skipped without
+#                torch)                                          -> $OUT/attention_vs_torch.txt
 #   (placeholders for the steps that need the model on the GPU: see the end)
 # At the end a table (step, status, seconds) is printed and written to $OUT/summary.txt; the exit
 # status is 1 when any step failed or timed out, else 0. Logs of every step are in $OUT.
@@ -197,6 +199,17 @@ if has_target bench_cuda; then
   fi
 else
   record bench_cuda "not built yet: bench_cuda is not a CMake target (bench/CMakeLists.txt)" 0
+fi
+
+# --- attention_vs_torch: PyTorch's fused attention (FlashAttention-2, cuDNN, memory-efficient
+# SDPA backends) on bench_cuda's attention shapes, to set beside its mma rows. Without torch or
+# CUDA the script says so and exits 0: recorded as skipped, not as a failure (torch is optional).
+run_step_rc attention_vs_torch 240 "$OUT/attention_vs_torch.txt" \
+  python3 bench/attention_vs_torch_gpu.py --quick
+if [ "$step_status" = ok ] && grep -q '^attention_vs_torch_gpu: skipped' "$OUT/attention_vs_torch.txt"; then
+  record attention_vs_torch "ok ($(head -n 1 "$OUT/attention_vs_torch.txt" | cut -c25-))" "$step_seconds"
+else
+  finish_step attention_vs_torch
 fi
 
 # --- Not built yet: both need the model (forward, backward, optimizer) on the cuda device.

@@ -12,6 +12,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/flash_attention.h"
+#include "kernels/cuda/flash_attention_mma.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/kernels.h"
 
@@ -371,20 +372,32 @@ class CudaBackendImpl final : public CudaBackend {
                                            int64_t hd) const override {
     return floats_for(cuda::flash_attention_backward_workspace(b, t, nh, nkv, hd));
   }
+  // bf16: the tensor-core kernels (flash_attention_mma.h), or the scalar ones with
+  // STRATA_FLASH_KERNEL=scalar. The scratch fits either (the mma workspace is the larger).
   void flash_attention_forward_bf16(float* out, float* lse, const uint16_t* qkv16, int64_t b,
                                     int64_t t, int64_t nh, int64_t nkv, int64_t hd) override {
-    cuda::flash_attention_forward_bf16(out, lse, qkv16, b, t, nh, nkv, hd, s());
+    if (cuda::flash_attention_mma_enabled()) {
+      cuda::flash_attention_mma_forward_bf16(out, lse, qkv16, b, t, nh, nkv, hd, s());
+    } else {
+      cuda::flash_attention_forward_bf16(out, lse, qkv16, b, t, nh, nkv, hd, s());
+    }
   }
   void flash_attention_backward_bf16(float* dqkv, float* scratch, const float* dout,
                                      const uint16_t* qkv16, const float* out, const float* lse,
                                      int64_t b, int64_t t, int64_t nh, int64_t nkv,
                                      int64_t hd) override {
-    cuda::flash_attention_backward_bf16(dqkv, scratch, dout, qkv16, out, lse, b, t, nh, nkv, hd,
-                                        s());
+    if (cuda::flash_attention_mma_enabled()) {
+      cuda::flash_attention_mma_backward_bf16(dqkv, scratch, dout, qkv16, out, lse, b, t, nh, nkv,
+                                              hd, s());
+    } else {
+      cuda::flash_attention_backward_bf16(dqkv, scratch, dout, qkv16, out, lse, b, t, nh, nkv, hd,
+                                          s());
+    }
   }
   int64_t flash_attention_backward_bf16_scratch(int64_t b, int64_t t, int64_t nh, int64_t nkv,
                                                 int64_t hd) const override {
-    return floats_for(cuda::flash_attention_backward_workspace(b, t, nh, nkv, hd));
+    return floats_for(std::max(cuda::flash_attention_backward_workspace(b, t, nh, nkv, hd),
+                               cuda::flash_attention_mma_backward_workspace(b, t, nh, nkv, hd)));
   }
 
   // ---- loss -----------------------------------------------------------------------------------

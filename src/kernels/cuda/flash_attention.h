@@ -6,7 +6,8 @@
 //
 // Implementation (flash_attention.cu): scalar FP32 CUDA-core arithmetic on shared-memory tiles
 // (64 query rows x 64 keys, 256 threads, 4x4 register micro-tiles), not tensor cores. It is the
-// correctness baseline; an mma/WMMA version for the bf16 path is future work.
+// f32 path and the correctness baseline; the bf16 path's tensor-core kernels, which CudaBackend
+// uses, are in flash_attention_mma.h.
 //  * forward: one block per (query tile, head, batch), keys up to the diagonal, online softmax.
 //  * backward: D = rowsum(dO o O) first; then one block per (key tile, kv head, batch) owns dK
 //    and dV of its keys over every query head of its group and every query tile from the
