@@ -31,6 +31,11 @@ class GuardedMemory final : public DeviceMemory {
   void unlock();
   void lock();
   bool locked() const { return depth_ == 0; }
+  // True for an address inside the blocks handed out (a "device" pointer of this memory).
+  bool contains(const void* p) const {
+    const char* c = static_cast<const char*>(p);
+    return c >= base_ && c < base_ + used_;
+  }
   int64_t unlocks() const { return unlocks_; }  // backend calls that reached the memory
   size_t blocks() const { return blocks_.size(); }
 

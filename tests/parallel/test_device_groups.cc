@@ -1,0 +1,172 @@
+// Data and tensor parallelism on a device whose memory the host cannot touch: the trainer runs on
+// the guarded backend of the model tests, and its process groups are routed as on GPUs
+// (ProcessGroups::route_through): operations on device buffers go through GuardedComm (standing
+// for NCCL: it alone may reach device memory), host buffers over MPI as before. Any host access
+// to a device buffer outside the backend and the device comm crashes; and every step's loss and
+// the final parameters must equal the plain CPU run's bit for bit. Run as 2 ranks.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "comm/layout.h"
+#include "comm/process_groups.h"
+#include "model/guarded_backend.h"
+#include "train/config.h"
+#include "train/trainer.h"
+
+namespace strata {
+namespace {
+
+// A group's comm on guarded memory: device buffers are unlocked for the MPI operation, which
+// completes before they are locked again (the Work returned is already done); host buffers pass
+// straight to MPI. Mixing the two in one operation is an error, as in DeviceHostComm.
+class GuardedComm : public Comm {
+ public:
+  GuardedComm(MpiComm& mpi, testing::GuardedMemory& memory) : mpi_(mpi), memory_(memory) {}
+
+  int rank() const override { return mpi_.rank(); }
+  int size() const override { return mpi_.size(); }
+  const std::string& name() const override { return mpi_.name(); }
+  int world_rank_of(int r) const override { return mpi_.world_rank_of(r); }
+
+  WorkHandle all_reduce(void* buf, int64_t count, DType dtype, ReduceOp op) override {
+    return run(buf, nullptr, [&] { return mpi_.all_reduce(buf, count, dtype, op); });
+  }
+  WorkHandle reduce_scatter(const void* send, void* recv, int64_t n, DType dtype,
+                            ReduceOp op) override {
+    return run(send, recv, [&] { return mpi_.reduce_scatter(send, recv, n, dtype, op); });
+  }
+  WorkHandle all_gather(const void* send, void* recv, int64_t n, DType dtype) override {
+    return run(send, recv, [&] { return mpi_.all_gather(send, recv, n, dtype); });
+  }
+  WorkHandle broadcast(void* buf, int64_t count, DType dtype, int root) override {
+    return run(buf, nullptr, [&] { return mpi_.broadcast(buf, count, dtype, root); });
+  }
+  WorkHandle send(const void* buf, int64_t count, DType dtype, int peer, int tag) override {
+    return run(buf, nullptr, [&] { return mpi_.send(buf, count, dtype, peer, tag); });
+  }
+  WorkHandle recv(void* buf, int64_t count, DType dtype, int peer, int tag) override {
+    return run(buf, nullptr, [&] { return mpi_.recv(buf, count, dtype, peer, tag); });
+  }
+  void barrier() override { mpi_.barrier(); }
+  void set_step(int64_t step) override { mpi_.set_step(step); }
+  void set_timeout(double seconds) override { mpi_.set_timeout(seconds); }
+  CommStats stats() const override { return mpi_.stats(); }
+  void reset_stats() override { mpi_.reset_stats(); }
+
+  int64_t device_ops() const { return device_ops_; }
+
+ private:
+  template <typename Issue>
+  WorkHandle run(const void* a, const void* b, Issue issue) {
+    const bool device = memory_.contains(a);
+    if (b) {
+      EXPECT_EQ(device, memory_.contains(b)) << "one operation mixes device and host buffers";
+    }
+    if (!device) return issue();
+    ++device_ops_;
+    const testing::Unlocked unlocked(memory_);
+    WorkHandle w = issue();
+    w->wait();
+    return w;
+  }
+
+  MpiComm& mpi_;
+  testing::GuardedMemory& memory_;
+  int64_t device_ops_ = 0;
+};
+
+int world_size() {
+  int n = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+
+RunConfig config_for(const std::string& family, int64_t tp, int64_t zero, const std::string& dir) {
+  std::vector<std::string> sets = {"model.family=" + family,    "run.dir=" + dir,
+                                   "run.resume=none",           cat("parallel.tp=", tp),
+                                   cat("parallel.zero=", zero), "parallel.bucket_mb=0.02",
+                                   "train.grad_accum=2",        "model.attention=flash"};
+  if (family == "llama") sets.push_back("model.n_kv_head=2");
+  return parse_config(R"(
+[model]
+n_layer = 2
+n_head = 4
+d_model = 64
+vocab_size = 256
+max_seq_len = 32
+[train]
+steps = 4
+batch_size = 2
+seq_len = 32
+eval_every = 0
+[optim]
+lr = 3e-3
+warmup_steps = 2
+[data]
+source = "synthetic"
+)",
+                      "test", sets);
+}
+
+struct Layoutcase {
+  std::string family;
+  int64_t tp, zero;
+};
+
+class DeviceGroups : public ::testing::TestWithParam<Layoutcase> {};
+
+TEST_P(DeviceGroups, TrainsBitwiseLikeTheCpuTouchingDeviceBuffersOnlyThroughBackendAndComm) {
+  const Layoutcase lc = GetParam();
+  const int world = world_size();
+  if (world % lc.tp != 0) GTEST_SKIP() << "tp " << lc.tp << " does not divide " << world;
+  const std::string tag = cat(lc.family, "_tp", lc.tp, "_z", lc.zero);
+  const Layout layout =
+      resolve_layout(static_cast<int>(lc.tp), 1, 0, static_cast<int>(lc.zero), world);
+  const std::string base =
+      (std::filesystem::temp_directory_path() / "strata_device_groups").string();
+  std::vector<double> cpu_losses;
+  std::vector<float> cpu_params;
+  {
+    ProcessGroups groups = ProcessGroups::create(layout);
+    Trainer t(config_for(lc.family, lc.tp, lc.zero, cat(base, "/cpu_", tag)), &groups);
+    for (int i = 0; i < 4; ++i) cpu_losses.push_back(t.train_step().loss);
+    cpu_params = t.global_params();
+  }
+  testing::GuardedBackend device;
+  ProcessGroups groups = ProcessGroups::create(layout);
+  std::vector<GuardedComm*> comms;
+  auto guarded = [&](MpiComm& mpi) {
+    auto c = std::make_unique<GuardedComm>(mpi, device.guarded_memory());
+    comms.push_back(c.get());
+    return c;
+  };
+  ProcessGroups::Routes routes;
+  routes.world = guarded(groups.mpi_world());
+  routes.dp = guarded(groups.mpi_dp());
+  routes.tp = guarded(groups.mpi_tp());
+  routes.pp = guarded(groups.mpi_pp());
+  groups.route_through(std::move(routes));
+  Trainer t(config_for(lc.family, lc.tp, lc.zero, cat(base, "/guarded_", tag)), &groups, &device);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(t.train_step().loss, cpu_losses[i]) << "step " << i;
+  EXPECT_EQ(t.global_params(), cpu_params);
+  int64_t device_ops = 0;
+  for (const GuardedComm* c : comms) device_ops += c->device_ops();
+  EXPECT_GT(device_ops, 0) << "no operation reached device buffers: the routes were not used";
+  EXPECT_TRUE(device.guarded_memory().locked());
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, DeviceGroups,
+                         ::testing::Values(Layoutcase{"gpt2", 1, 0}, Layoutcase{"gpt2", 1, 1},
+                                           Layoutcase{"gpt2", 1, 2}, Layoutcase{"llama", 1, 3},
+                                           Layoutcase{"gpt2", 2, 0}, Layoutcase{"llama", 2, 1}),
+                         [](const auto& param_info) {
+                           const Layoutcase& c = param_info.param;
+                           return cat(c.family, "_tp", c.tp, "_zero", c.zero);
+                         });
+
+}  // namespace
+}  // namespace strata
