@@ -144,11 +144,6 @@ void Trainer::build_model() {
     make_optimizer(segments_for_all(model_->params()), model_->params().size());
   } else {
     const Layout& layout = groups_->layout();
-    STRATA_CHECK(device_->is_host() || layout.pp == 1,
-                 "system.device = \"cuda\" with parallel.pp = ", layout.pp,
-                 ": pipeline parallelism does not run on GPUs yet (its point-to-point transfers "
-                 "are not ordered for NCCL); use parallel.pp = 1 (tp and dp run on GPUs), or "
-                 "system.device = \"cpu\"");
     device_->route(*groups_);  // device buffers over NCCL from here on (no-op on the CPU)
     dp_ = std::make_unique<DataParallel>(groups_->dp(), data_parallel_options(p));
     DecoderOptions o;

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -25,6 +26,31 @@ namespace {
 // straight to MPI. Mixing the two in one operation is an error, as in DeviceHostComm.
 class GuardedComm : public Comm {
  public:
+  // A transfer through a host buffer; a receive lands in the device buffer when waited for.
+  struct Staged final : Work {
+    Staged(testing::GuardedMemory& m, int64_t bytes, void* dst)
+        : memory(m), host(static_cast<size_t>(bytes)), device_dst(dst) {}
+    bool test() override {
+      if (!mpi->test()) return false;
+      finish();
+      return true;
+    }
+    void wait() override {
+      mpi->wait();
+      finish();
+    }
+    void finish() {
+      if (!device_dst) return;
+      const testing::Unlocked unlocked(memory);
+      std::memcpy(device_dst, host.data(), host.size());
+      device_dst = nullptr;
+    }
+    testing::GuardedMemory& memory;
+    std::vector<char> host;
+    void* device_dst;
+    WorkHandle mpi;
+  };
+
   GuardedComm(MpiComm& mpi, testing::GuardedMemory& memory) : mpi_(mpi), memory_(memory) {}
 
   int rank() const override { return mpi_.rank(); }
@@ -45,11 +71,27 @@ class GuardedComm : public Comm {
   WorkHandle broadcast(void* buf, int64_t count, DType dtype, int root) override {
     return run(buf, nullptr, [&] { return mpi_.broadcast(buf, count, dtype, root); });
   }
+  // Point-to-point transfers of device buffers are staged through host memory, as
+  // DeviceHostComm does on GPUs (a blocking send could deadlock the pipeline's schedule).
   WorkHandle send(const void* buf, int64_t count, DType dtype, int peer, int tag) override {
-    return run(buf, nullptr, [&] { return mpi_.send(buf, count, dtype, peer, tag); });
+    if (!memory_.contains(buf)) return mpi_.send(buf, count, dtype, peer, tag);
+    ++device_ops_;
+    auto work =
+        std::make_shared<Staged>(memory_, count * static_cast<int64_t>(dtype_size(dtype)), nullptr);
+    {
+      const testing::Unlocked unlocked(memory_);
+      std::memcpy(work->host.data(), buf, work->host.size());
+    }
+    work->mpi = mpi_.send(work->host.data(), count, dtype, peer, tag);
+    return work;
   }
   WorkHandle recv(void* buf, int64_t count, DType dtype, int peer, int tag) override {
-    return run(buf, nullptr, [&] { return mpi_.recv(buf, count, dtype, peer, tag); });
+    if (!memory_.contains(buf)) return mpi_.recv(buf, count, dtype, peer, tag);
+    ++device_ops_;
+    auto work =
+        std::make_shared<Staged>(memory_, count * static_cast<int64_t>(dtype_size(dtype)), buf);
+    work->mpi = mpi_.recv(work->host.data(), count, dtype, peer, tag);
+    return work;
   }
   void barrier() override { mpi_.barrier(); }
   void set_step(int64_t step) override { mpi_.set_step(step); }
@@ -85,11 +127,12 @@ int world_size() {
   return n;
 }
 
-RunConfig config_for(const std::string& family, int64_t tp, int64_t zero, const std::string& dir) {
-  std::vector<std::string> sets = {"model.family=" + family,    "run.dir=" + dir,
-                                   "run.resume=none",           cat("parallel.tp=", tp),
-                                   cat("parallel.zero=", zero), "parallel.bucket_mb=0.02",
-                                   "train.grad_accum=2",        "model.attention=flash"};
+RunConfig config_for(const std::string& family, int64_t tp, int64_t pp, int64_t zero,
+                     const std::string& dir) {
+  std::vector<std::string> sets = {
+      "model.family=" + family,  "run.dir=" + dir,        "run.resume=none",
+      cat("parallel.tp=", tp),   cat("parallel.pp=", pp), cat("parallel.zero=", zero),
+      "parallel.bucket_mb=0.02", "train.grad_accum=2",    "model.attention=flash"};
   if (family == "llama") sets.push_back("model.n_kv_head=2");
   return parse_config(R"(
 [model]
@@ -114,7 +157,7 @@ source = "synthetic"
 
 struct Layoutcase {
   std::string family;
-  int64_t tp, zero;
+  int64_t tp, pp, zero;
 };
 
 class DeviceGroups : public ::testing::TestWithParam<Layoutcase> {};
@@ -122,17 +165,18 @@ class DeviceGroups : public ::testing::TestWithParam<Layoutcase> {};
 TEST_P(DeviceGroups, TrainsBitwiseLikeTheCpuTouchingDeviceBuffersOnlyThroughBackendAndComm) {
   const Layoutcase lc = GetParam();
   const int world = world_size();
-  if (world % lc.tp != 0) GTEST_SKIP() << "tp " << lc.tp << " does not divide " << world;
-  const std::string tag = cat(lc.family, "_tp", lc.tp, "_z", lc.zero);
-  const Layout layout =
-      resolve_layout(static_cast<int>(lc.tp), 1, 0, static_cast<int>(lc.zero), world);
+  if (world % (lc.tp * lc.pp) != 0)
+    GTEST_SKIP() << "tp " << lc.tp << " x pp " << lc.pp << " does not divide " << world;
+  const std::string tag = cat(lc.family, "_tp", lc.tp, "_pp", lc.pp, "_z", lc.zero);
+  const Layout layout = resolve_layout(static_cast<int>(lc.tp), static_cast<int>(lc.pp), 0,
+                                       static_cast<int>(lc.zero), world);
   const std::string base =
       (std::filesystem::temp_directory_path() / "strata_device_groups").string();
   std::vector<double> cpu_losses;
   std::vector<float> cpu_params;
   {
     ProcessGroups groups = ProcessGroups::create(layout);
-    Trainer t(config_for(lc.family, lc.tp, lc.zero, cat(base, "/cpu_", tag)), &groups);
+    Trainer t(config_for(lc.family, lc.tp, lc.pp, lc.zero, cat(base, "/cpu_", tag)), &groups);
     for (int i = 0; i < 4; ++i) cpu_losses.push_back(t.train_step().loss);
     cpu_params = t.global_params();
   }
@@ -150,7 +194,8 @@ TEST_P(DeviceGroups, TrainsBitwiseLikeTheCpuTouchingDeviceBuffersOnlyThroughBack
   routes.tp = guarded(groups.mpi_tp());
   routes.pp = guarded(groups.mpi_pp());
   groups.route_through(std::move(routes));
-  Trainer t(config_for(lc.family, lc.tp, lc.zero, cat(base, "/guarded_", tag)), &groups, &device);
+  Trainer t(config_for(lc.family, lc.tp, lc.pp, lc.zero, cat(base, "/guarded_", tag)), &groups,
+            &device);
   for (int i = 0; i < 4; ++i) EXPECT_EQ(t.train_step().loss, cpu_losses[i]) << "step " << i;
   EXPECT_EQ(t.global_params(), cpu_params);
   int64_t device_ops = 0;
@@ -159,14 +204,16 @@ TEST_P(DeviceGroups, TrainsBitwiseLikeTheCpuTouchingDeviceBuffersOnlyThroughBack
   EXPECT_TRUE(device.guarded_memory().locked());
 }
 
-INSTANTIATE_TEST_SUITE_P(Layouts, DeviceGroups,
-                         ::testing::Values(Layoutcase{"gpt2", 1, 0}, Layoutcase{"gpt2", 1, 1},
-                                           Layoutcase{"gpt2", 1, 2}, Layoutcase{"llama", 1, 3},
-                                           Layoutcase{"gpt2", 2, 0}, Layoutcase{"llama", 2, 1}),
-                         [](const auto& param_info) {
-                           const Layoutcase& c = param_info.param;
-                           return cat(c.family, "_tp", c.tp, "_zero", c.zero);
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, DeviceGroups,
+    ::testing::Values(Layoutcase{"gpt2", 1, 1, 0}, Layoutcase{"gpt2", 1, 1, 1},
+                      Layoutcase{"gpt2", 1, 1, 2}, Layoutcase{"llama", 1, 1, 3},
+                      Layoutcase{"gpt2", 2, 1, 0}, Layoutcase{"llama", 2, 1, 1},
+                      Layoutcase{"gpt2", 1, 2, 0}, Layoutcase{"llama", 1, 2, 0}),
+    [](const auto& param_info) {
+      const Layoutcase& c = param_info.param;
+      return cat(c.family, "_tp", c.tp, "_pp", c.pp, "_zero", c.zero);
+    });
 
 }  // namespace
 }  // namespace strata

@@ -2,7 +2,10 @@
 
 #include <cuda_runtime.h>
 
+#include <vector>
+
 #include "core/error.h"
+#include "kernels/cuda/cuda_check.h"
 
 namespace strata {
 
@@ -18,7 +21,67 @@ bool on_gpu(const void* p) {
   return attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged;
 }
 
+// A transfer staged through a host buffer: the MPI operation on it, and for a receive the copy to
+// the device once it has arrived.
+class StagedWork final : public Work {
+ public:
+  StagedWork(std::vector<char> host, void* device_dst, cudaStream_t stream)
+      : host_(std::move(host)), device_dst_(device_dst), stream_(stream) {}
+  void start(WorkHandle mpi) { mpi_ = std::move(mpi); }
+  char* host() { return host_.data(); }
+
+  bool test() override {
+    if (!mpi_->test()) return false;
+    finish();
+    return true;
+  }
+  void wait() override {
+    mpi_->wait();
+    finish();
+  }
+
+ private:
+  void finish() {
+    if (done_) return;
+    done_ = true;
+    if (!device_dst_) return;
+    // On the compute stream: earlier kernels may still read the old contents of the buffer.
+    // The synchronise keeps the host buffer alive until the copy has read it.
+    STRATA_CUDA_CHECK(
+        cudaMemcpyAsync(device_dst_, host_.data(), host_.size(), cudaMemcpyHostToDevice, stream_));
+    STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+
+  std::vector<char> host_;
+  void* device_dst_ = nullptr;  // receives only
+  cudaStream_t stream_;
+  WorkHandle mpi_;
+  bool done_ = false;
+};
+
 }  // namespace
+
+WorkHandle staged_send(Comm& host, cudaStream_t stream, const void* device_buf, int64_t count,
+                       DType dtype, int peer, int tag) {
+  STRATA_CHECK(count >= 0, "comm: send on group '", host.name(), "': negative count ", count);
+  const size_t bytes = static_cast<size_t>(count) * dtype_size(dtype);
+  auto work = std::make_shared<StagedWork>(std::vector<char>(bytes), nullptr, stream);
+  // After the kernels that wrote the buffer (the compute stream's queued work).
+  STRATA_CUDA_CHECK(
+      cudaMemcpyAsync(work->host(), device_buf, bytes, cudaMemcpyDeviceToHost, stream));
+  STRATA_CUDA_CHECK(cudaStreamSynchronize(stream));
+  work->start(host.send(work->host(), count, dtype, peer, tag));
+  return work;
+}
+
+WorkHandle staged_recv(Comm& host, cudaStream_t stream, void* device_buf, int64_t count,
+                       DType dtype, int peer, int tag) {
+  STRATA_CHECK(count >= 0, "comm: recv on group '", host.name(), "': negative count ", count);
+  const size_t bytes = static_cast<size_t>(count) * dtype_size(dtype);
+  auto work = std::make_shared<StagedWork>(std::vector<char>(bytes), device_buf, stream);
+  work->start(host.recv(work->host(), count, dtype, peer, tag));
+  return work;
+}
 
 DeviceHostComm::DeviceHostComm(Comm& host, NcclComm& device) : host_(host), device_(device) {
   STRATA_CHECK(host.size() == device.size() && host.rank() == device.rank(),
@@ -57,11 +120,15 @@ WorkHandle DeviceHostComm::broadcast(void* buf, int64_t count, DType dtype, int 
 }
 
 WorkHandle DeviceHostComm::send(const void* buf, int64_t count, DType dtype, int peer, int tag) {
-  return route("send", buf).send(buf, count, dtype, peer, tag);
+  if (buf && on_gpu(buf))
+    return staged_send(host_, device_.compute_stream(), buf, count, dtype, peer, tag);
+  return host_.send(buf, count, dtype, peer, tag);
 }
 
 WorkHandle DeviceHostComm::recv(void* buf, int64_t count, DType dtype, int peer, int tag) {
-  return route("recv", buf).recv(buf, count, dtype, peer, tag);
+  if (buf && on_gpu(buf))
+    return staged_recv(host_, device_.compute_stream(), buf, count, dtype, peer, tag);
+  return host_.recv(buf, count, dtype, peer, tag);
 }
 
 void DeviceHostComm::set_step(int64_t step) {

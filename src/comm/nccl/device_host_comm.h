@@ -8,6 +8,15 @@
 // rank must pass the same kind of buffer (the callers do: the kind follows from the code path,
 // never from the rank). Mixing kinds in one operation (a host send buffer and a device receive
 // buffer) is an error. barrier() is the NCCL one: it also waits for this rank's queued GPU work.
+//
+// Point-to-point transfers of GPU buffers (pipeline activations and gradients, the tied
+// embedding's gradient) are staged through host memory over MPI, not sent with NCCL: an NCCL send
+// holds its stream until the peer's receive runs, so the pipeline executor's order of sends and
+// receives (free with MPI's non-blocking operations, and with tags) could deadlock on one NCCL
+// stream. A send copies the buffer to the host after the compute stream's queued work and sends
+// it; a receive lands on the host and is copied to the device, on the compute stream, when it is
+// waited for. Correct for every schedule; the price is two PCIe copies per transfer and a host
+// wait for the compute stream at each.
 #pragma once
 #include <memory>
 
@@ -48,6 +57,13 @@ class DeviceHostComm : public Comm {
   Comm& host_;
   NcclComm& device_;
 };
+
+// A send or receive of a GPU buffer through host memory over `host` (see above), ordered after
+// and before the work of `stream`. Exposed for the tests.
+WorkHandle staged_send(Comm& host, cudaStream_t stream, const void* device_buf, int64_t count,
+                       DType dtype, int peer, int tag);
+WorkHandle staged_recv(Comm& host, cudaStream_t stream, void* device_buf, int64_t count,
+                       DType dtype, int peer, int tag);
 
 // The NCCL groups of a job on GPUs and the routes built on them, kept alive together.
 struct DeviceRoutes {
