@@ -351,7 +351,7 @@ MemoryEstimate estimate_stage(const Run& r, int pp_rank, bool explain) {
       note(kActivations,
            "activation offload: ", std::min(ActivationOffload::kWindow, layers.size()),
            " layers' activations on the device + every block output = ", B{window[kActivations]},
-           " (the rest in host memory)");
+           " (the other layers' in host memory)");
     }
     for (int k = 0; k < kNumMemCategories; ++k) add(k, slots[c] * one[k]);
     stores += slots[c];
@@ -360,7 +360,11 @@ MemoryEstimate estimate_stage(const Run& r, int pp_rank, bool explain) {
   e.activation_bytes_per_layer =
       layer_bytes(mc, shard, r.recompute.for_layer(0), MemCategory::activations, batch, seq_len,
                   r.precision)[kActivations];
-  if (explain) {
+  if (explain && offload_acts) {
+    note(kActivations, "+ tokens and chunk input, final norm, logits [n, v/tp], losses (b ", batch,
+         " x s ", seq_len, "); without the offload the layers would take ", shard.chunks[0].size(),
+         " x ", B{e.activation_bytes_per_layer});
+  } else if (explain) {
     // Layer-slots per recomputation mode: each chunk's layers times its micro-batches in flight.
     std::array<int64_t, 3> slots_in_mode{};
     std::string in_flight;
