@@ -11,6 +11,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "core/arena.h"
@@ -20,6 +21,32 @@ namespace strata {
 
 enum class DeviceKind : uint8_t { cpu, cuda };
 const char* device_kind_name(DeviceKind kind);  // "cpu", "cuda"
+
+// A copy queued on a CopyQueue; 0 stands for "no copy" (waiting for it returns at once).
+using CopyTicket = uint64_t;
+
+// Asynchronous copies between the device and host memory that run beside the backend's compute
+// queue (on a GPU: a stream of their own, so that a transfer overlaps kernels), for the offloads
+// (optim/host_offload.h, the Decoder's activation offload). Ordering:
+//   - a download or upload runs after every compute call queued on the backend before it (a
+//     download so that it sees their results; an upload because it may overwrite what they read);
+//   - downloads complete in the order they were queued, and so do uploads; the two directions may
+//     overlap each other, so an upload into device memory that a download still reads must be
+//     queued after compute_waits_for(that download) (or wait_host);
+//   - compute queued after compute_waits_for(t) runs after copy t has completed: it sees an
+//     upload's data, and may overwrite a download's source;
+//   - wait_host(t) blocks the calling thread until copy t has completed.
+// The host buffer of a copy must stay valid, and unwritten (an upload) or unread (a download),
+// until its ticket has completed. Host buffers should come from Backend::alloc_host: pageable
+// memory is copied correctly but, on a GPU, without overlap. One thread at a time per queue.
+class CopyQueue {
+ public:
+  virtual ~CopyQueue() = default;
+  virtual CopyTicket download(void* host, const void* device, size_t bytes) = 0;
+  virtual CopyTicket upload(void* device, const void* host, size_t bytes) = 0;
+  virtual void wait_host(CopyTicket ticket) = 0;
+  virtual void compute_waits_for(CopyTicket ticket) = 0;
+};
 
 class Backend {
  public:
@@ -35,6 +62,15 @@ class Backend {
   virtual void zero(void* dst, size_t bytes) = 0;
   virtual void fill(float* dst, float value, int64_t count) = 0;
   virtual void synchronize() = 0;  // waits until the device's queued work has finished
+  // Page-locked host memory (the source and target of asynchronous copies), zero-filled and
+  // aligned to at least kHostAlignment bytes; free_host(nullptr) does nothing. Throws when the
+  // system refuses, naming the size.
+  static constexpr size_t kHostAlignment = 4096;
+  virtual void* alloc_host(size_t bytes) = 0;
+  virtual void free_host(void* ptr) = 0;
+  // A queue of asynchronous copies beside this backend's compute (see CopyQueue). It must be
+  // destroyed before the backend; its destructor waits for the copies it still has in flight.
+  virtual std::unique_ptr<CopyQueue> make_copy_queue() = 0;
 
   // ---- GEMM and linear layers -------------------------------------------------------------------
   virtual void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
@@ -157,5 +193,12 @@ class Backend {
 
 // The CPU backend (kernels/cpu), shared by every model that does not name another device.
 Backend& cpu_backend();
+
+// A CopyQueue whose copies are backend.copy_to_host / copy_from_host, complete when they return
+// (tickets only count): the CPU's queue, and that of test backends built on the CPU kernels.
+std::unique_ptr<CopyQueue> make_synchronous_copy_queue(Backend& backend);
+// Host memory as the CPU backend hands it out: aligned, zero-filled (not page-locked: on the CPU
+// every copy is a memcpy anyway).
+void* aligned_host_alloc(size_t bytes);
 
 }  // namespace strata

@@ -189,7 +189,27 @@ LayerActivations recompute_buffers(const ModelConfig& cfg, const ModelShard& sha
   return l;
 }
 
+// An Arena that also lists what it hands out (allocate_layer_blocks).
+struct RecordingArena {
+  Arena& arena;
+  std::vector<LayerBlock>& blocks;
+  template <typename T = float>
+  T* alloc(MemCategory category, int64_t count, const char* what) {
+    T* ptr = arena.alloc<T>(category, count, what);
+    blocks.push_back({what, ptr, static_cast<size_t>(count) * sizeof(T)});
+    return ptr;
+  }
+};
+
 }  // namespace
+
+LayerActivations allocate_layer_blocks(const ModelConfig& cfg, const ModelShard& shard,
+                                       Recompute mode, Arena& arena, MemCategory category,
+                                       int64_t batch, int64_t seq_len, DType precision,
+                                       std::vector<LayerBlock>& blocks) {
+  RecordingArena recording{arena, blocks};
+  return layer_buffers(cfg, shard, mode, recording, category, batch, seq_len, precision);
+}
 
 LayerActivations allocate_layer(const ModelConfig& cfg, const ModelShard& shard, Recompute mode,
                                 Arena& arena, MemCategory category, int64_t batch, int64_t seq_len,

@@ -67,6 +67,19 @@ LayerActivations allocate_layer(const ModelConfig& cfg, const ModelShard& shard,
                                 Arena& arena, MemCategory category, int64_t batch, int64_t seq_len,
                                 DType precision = DType::f32);
 
+// allocate_layer, listing every buffer it makes (its name, as the arena accounts it, and size):
+// what the activation offload (model/activation_offload.h) copies between device and host. The
+// names are unique within a layer.
+struct LayerBlock {
+  const char* what = "";
+  void* ptr = nullptr;
+  size_t bytes = 0;
+};
+LayerActivations allocate_layer_blocks(const ModelConfig& cfg, const ModelShard& shard,
+                                       Recompute mode, Arena& arena, MemCategory category,
+                                       int64_t batch, int64_t seq_len, DType precision,
+                                       std::vector<LayerBlock>& blocks);
+
 // The Decoder's buffers shared by every recomputed layer (workspace): a whole layer's worth
 // under full recomputation, the attention probabilities and output under selective (naive
 // attention); nothing otherwise.

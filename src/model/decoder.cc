@@ -52,7 +52,24 @@ Decoder::Decoder(const ModelConfig& config, Arena& arena, int64_t batch, int64_t
     lowp_source_.assign(entries, nullptr);
   }
   acts_.resize(static_cast<size_t>(shard_.num_chunks()));
-  for (int chunk = 0; chunk < shard_.num_chunks(); ++chunk) {
+  if (o.offload_activations) {
+    // One store whose layers are the offload's views (the store itself holds the rest: tokens,
+    // embedding output, head).
+    STRATA_CHECK(shard_.num_chunks() == 1 && shard_.has_embedding && shard_.has_head,
+                 "activation offload runs the whole depth in one process or data-parallel rank; "
+                 "it is not available with pipeline parallelism (parallel.pp > 1)");
+    STRATA_CHECK(o.slots == 1 && (o.chunk_slots.empty() || o.chunk_slots == std::vector<int>{1}),
+                 "activation offload keeps one micro-batch's activations (one slot), not ",
+                 o.chunk_slots.empty() ? o.slots : o.chunk_slots[0]);
+    const LayerRange r = shard_.chunks[0];
+    acts_[0].push_back(
+        std::make_unique<ActivationStore>(config_, shard_, LayerRange{r.begin, r.begin}, true, true,
+                                          arena, batch, seq_len, o.recompute, precision_));
+    offload_ = std::make_unique<ActivationOffload>(config_, shard_, r, o.recompute, arena, backend_,
+                                                   batch, seq_len, precision_);
+    acts_[0][0]->layers = offload_->layers();
+  }
+  for (int chunk = 0; chunk < shard_.num_chunks() && !offload_; ++chunk) {
     const int slots = o.chunk_slots.empty() ? o.slots : o.chunk_slots[chunk];
     for (int s = 0; s < slots; ++s)
       acts_[chunk].push_back(std::make_unique<ActivationStore>(
@@ -278,7 +295,7 @@ void Decoder::head_forward(ActivationStore& a) {
   hooks_->release_params(final_group());
 }
 
-void Decoder::run_forward(int chunk, ActivationStore& a, const int32_t* tokens) {
+void Decoder::run_forward(int chunk, ActivationStore& a, const int32_t* tokens, bool saving) {
   hooks_->begin_forward();
   if (shard_.chunk_has_embedding(chunk)) {
     hooks_->acquire_params(0);
@@ -290,8 +307,10 @@ void Decoder::run_forward(int chunk, ActivationStore& a, const int32_t* tokens) 
     const int layer = static_cast<int>(r.begin + local);
     const TraceSpan span("fwd layer", "compute", layer);
     hooks_->acquire_params(layer + 1);
+    if (offload_) offload_->before_forward(local);
     LayerActivations l = layer_view(a, local, /*rebuilding=*/false);
     block_forward(layer, a, l, layer_input(a, local));
+    if (offload_) offload_->after_forward(local, saving);
     hooks_->release_params(layer + 1);
   }
   if (shard_.chunk_has_head(chunk)) head_forward(a);
@@ -343,7 +362,7 @@ double Decoder::forward(const int32_t* inputs, const int32_t* targets, int64_t b
   a.b = b;
   a.t = t;
   a.has_targets = false;
-  run_forward(0, a, inputs);
+  run_forward(0, a, inputs, /*saving=*/false);
   return targets ? loss(a, targets, /*backward=*/false, 0.0f) : 0.0;
 }
 
@@ -479,6 +498,7 @@ void Decoder::run_backward(int chunk, ActivationStore& a) {
     const TraceSpan span("bwd layer", "compute", layer);
     hooks_->acquire_params(layer + 1);
     hooks_->begin_grads(layer + 1);
+    if (offload_) offload_->before_backward(local);
     LayerActivations l = layer_view(a, local, /*rebuilding=*/true);
     const float* x = layer_input(a, local);
     // Recomputation reruns exactly the forward kernels on the same inputs: the rebuilt
@@ -509,7 +529,7 @@ double Decoder::forward_backward(const int32_t* inputs, const int32_t* targets, 
   ActivationStore& a = *acts_[0][slot];
   a.b = batch_;
   a.t = seq_len_;
-  run_forward(0, a, inputs);
+  run_forward(0, a, inputs, /*saving=*/true);
   const double mean = loss(a, targets, /*backward=*/true, grad_scale);
   run_backward(0, a);
   return mean;
@@ -522,7 +542,7 @@ void Decoder::chunk_forward(int chunk, int slot, const int32_t* tokens) {
   a.b = batch_;
   a.t = seq_len_;
   a.has_targets = false;
-  run_forward(chunk, a, tokens);
+  run_forward(chunk, a, tokens, /*saving=*/true);
 }
 
 const float* Decoder::chunk_output(int chunk, int slot) const {

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "core/arena.h"
+#include "model/activation_offload.h"
 #include "model/activations.h"
 #include "model/config.h"
 #include "model/group_hooks.h"
@@ -93,6 +94,10 @@ struct DecoderOptions {
   // The device the model runs on (null: cpu_backend()). The arena must be constructed with
   // backend->memory().
   Backend* backend = nullptr;
+  // Saved activations to the host after each block's forward, back before its backward
+  // (model/activation_offload.h): the device keeps a window of two blocks' worth. The whole depth
+  // in one activation slot only (no pipeline chunks), and no full recomputation.
+  bool offload_activations = false;
 };
 
 class Decoder {
@@ -154,6 +159,9 @@ class Decoder {
   int64_t batch() const { return batch_; }
   int64_t seq_len() const { return seq_len_; }
 
+  // Host memory of the activation offload (null without it).
+  const ActivationOffload* activation_offload() const { return offload_.get(); }
+
   // Hooks see every use of a parameter group; the Decoder does not own them.
   void set_hooks(GroupHooks* hooks) { hooks_ = hooks ? hooks : &no_hooks_; }
   int final_group() const { return static_cast<int>(config_.n_layer) + 1; }
@@ -189,7 +197,8 @@ class Decoder {
   bool lowp() const { return precision_ != DType::f32; }
   // bf16 flash attention reads the kept bf16 q, k, v itself (no f32 copy).
   bool bf16_flash() const { return precision_ == DType::bf16 && config_.flash_attention(); }
-  void run_forward(int chunk, ActivationStore& a, const int32_t* tokens);
+  // `saving`: backward follows and reads the saved activations (the offload copies them then).
+  void run_forward(int chunk, ActivationStore& a, const int32_t* tokens, bool saving);
   void run_backward(int chunk, ActivationStore& a);
   const float* layer_input(const ActivationStore& a, int64_t local_layer) const;
   // A layer's activations as forward and backward see them: the slot's own buffers, with what
@@ -226,6 +235,7 @@ class Decoder {
   std::vector<const float*> lowp_source_;  // per entry: the f32 buffer converted from
   int lowp_slot_group_ = -1;               // single slot: the group it holds
   LayerActivations recompute_buffers_;     // one layer's worth, shared by every recomputed layer
+  std::unique_ptr<ActivationOffload> offload_;  // DecoderOptions::offload_activations
   GroupHooks no_hooks_;
   GroupHooks* hooks_ = &no_hooks_;
 };

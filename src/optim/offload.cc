@@ -69,23 +69,7 @@ OffloadedAdamW::OffloadedAdamW(std::vector<OptimSegment> segments, int64_t state
                "; it must be at least 1 (3 overlaps reading, updating and writing)");
   STRATA_CHECK(state_size_ >= 0, "optimizer offload: negative state size ", state_size_);
 
-  // Sorted once, so that each chunk finds its segments by walking forward from a cursor.
-  std::sort(segments_.begin(), segments_.end(), [](const OptimSegment& a, const OptimSegment& b) {
-    return a.state_offset < b.state_offset;
-  });
-  int64_t previous_end = 0;
-  for (const OptimSegment& s : segments_) {
-    STRATA_CHECK(s.count >= 0 && s.state_offset >= 0 && s.state_offset + s.count <= state_size_,
-                 "optimizer offload: segment at state offset ", s.state_offset, " with ", s.count,
-                 " elements does not fit in the state of ", state_size_, " elements");
-    STRATA_CHECK(s.count == 0 || s.state_offset >= previous_end,
-                 "optimizer offload: segments overlap at state offset ", s.state_offset,
-                 "; each state element belongs to at most one segment");
-    STRATA_CHECK(s.count == 0 || (s.param != nullptr && s.grad != nullptr),
-                 "optimizer offload: segment at state offset ", s.state_offset,
-                 " has no param or grad buffer");
-    previous_end = std::max(previous_end, s.state_offset + s.count);
-  }
+  sort_and_check_segments(segments_, state_size_, "optimizer offload");
 
   const Buffering buffering_plan = buffering(state_size_, options);
   chunk_elements_ = buffering_plan.chunk_elements;
@@ -259,16 +243,17 @@ void OffloadedAdamW::update_chunk(int64_t chunk, int slot, size_t& cursor, float
   float* master = master_buf_ + at;
   float* m = m_buf_ + at;
   float* v = v_buf_ + at;
-  for_each_overlap(begin, end, cursor, [&](const OptimSegment& s, int64_t lo, int64_t hi) {
-    const float wd = s.weight_decay ? config_.weight_decay : 0.0f;
-    // The master value equals the working param (refreshed after every update), so this is
-    // AdamW's in-place update of the same elements with the same kernel: bitwise equal.
-    kernels::adamw_update(master + (lo - begin), s.grad + (lo - s.state_offset), m + (lo - begin),
-                          v + (lo - begin), hi - lo, lr, config_.beta1, config_.beta2, config_.eps,
-                          wd, grad_scale, step_);
-    std::memcpy(s.param + (lo - s.state_offset), master + (lo - begin),
-                static_cast<size_t>(hi - lo) * sizeof(float));
-  });
+  for_each_overlap(
+      segments_, begin, end, cursor, [&](const OptimSegment& s, int64_t lo, int64_t hi) {
+        const float wd = s.weight_decay ? config_.weight_decay : 0.0f;
+        // The master value equals the working param (refreshed after every update), so this is
+        // AdamW's in-place update of the same elements with the same kernel: bitwise equal.
+        kernels::adamw_update(master + (lo - begin), s.grad + (lo - s.state_offset),
+                              m + (lo - begin), v + (lo - begin), hi - lo, lr, config_.beta1,
+                              config_.beta2, config_.eps, wd, grad_scale, step_);
+        std::memcpy(s.param + (lo - s.state_offset), master + (lo - begin),
+                    static_cast<size_t>(hi - lo) * sizeof(float));
+      });
 }
 
 void OffloadedAdamW::step(float lr, float grad_scale) {
@@ -301,10 +286,11 @@ void OffloadedAdamW::init_from_params() {
   for (int64_t k = 0; k < num_chunks_; ++k) {
     const int64_t begin = chunk_begin(k), count = chunk_count(k), end = begin + count;
     for (float* b : bufs) std::fill(b, b + count, 0.0f);  // padding gaps stay zero
-    for_each_overlap(begin, end, cursor, [&](const OptimSegment& s, int64_t lo, int64_t hi) {
-      std::memcpy(master_buf_ + (lo - begin), s.param + (lo - s.state_offset),
-                  static_cast<size_t>(hi - lo) * sizeof(float));
-    });
+    for_each_overlap(segments_, begin, end, cursor,
+                     [&](const OptimSegment& s, int64_t lo, int64_t hi) {
+                       std::memcpy(master_buf_ + (lo - begin), s.param + (lo - s.state_offset),
+                                   static_cast<size_t>(hi - lo) * sizeof(float));
+                     });
     const size_t bytes = static_cast<size_t>(count) * sizeof(float);
     const uint64_t offset = static_cast<uint64_t>(begin) * sizeof(float);
     for (int i = 0; i < 3; ++i) {

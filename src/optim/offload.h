@@ -5,7 +5,6 @@
 // writes chunk k-1 back while the caller's thread updates chunk k, so that the disk and the
 // update overlap and the step is bound by whichever is slower.
 #pragma once
-#include <algorithm>
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
@@ -16,6 +15,7 @@
 #include "core/arena.h"
 #include "optim/adamw.h"
 #include "optim/optim_config.h"
+#include "optim/state_offload.h"
 
 namespace strata {
 
@@ -37,11 +37,11 @@ struct OffloadOptions {
 // scratch space, not a checkpoint: they are truncated at construction, and a run resumes through
 // read_state/write_state. After an I/O error in step() the state on disk is partly updated and
 // must be restored from a checkpoint.
-class OffloadedAdamW {
+class OffloadedAdamW final : public OffloadedOptimizer {
  public:
   OffloadedAdamW(std::vector<OptimSegment> segments, int64_t state_size, Arena& arena,
                  const OptimConfig& config, const OffloadOptions& options);
-  ~OffloadedAdamW();  // joins the I/O thread
+  ~OffloadedAdamW() override;  // joins the I/O thread
   // Chunk elements and buffers the constructor uses for a state of state_size elements (a chunk
   // larger than the state, or more buffers than chunks, would only waste memory). Each of the
   // three arrays (master, exp_avg, exp_avg_sq) holds chunk_elements * buffers floats.
@@ -59,17 +59,15 @@ class OffloadedAdamW {
   // One AdamW update, bitwise equal to AdamW::step on the same inputs: the same kernel runs on
   // the same elements, with the master value read from the file in place of the param (they are
   // equal: the param is refreshed from the master after every update). Allocates nothing.
-  void step(float lr, float grad_scale);
+  void step(float lr, float grad_scale) override;
 
-  int64_t steps_taken() const { return step_; }
-  void set_steps_taken(int64_t step) { step_ = step; }
-  int64_t state_size() const { return state_size_; }
+  int64_t steps_taken() const override { return step_; }
+  void set_steps_taken(int64_t step) override { step_ = step; }
+  int64_t state_size() const override { return state_size_; }
 
-  // Checkpoints: the whole state in the state layout (state_size floats each). write_state also
-  // copies the master values into the segments' params, so that the working copy the model reads
-  // matches the master it resumes from.
-  void read_state(float* master, float* exp_avg, float* exp_avg_sq) const;
-  void write_state(const float* master, const float* exp_avg, const float* exp_avg_sq);
+  // Checkpoints (OffloadedOptimizer): read from and written to the files.
+  void read_state(float* master, float* exp_avg, float* exp_avg_sq) const override;
+  void write_state(const float* master, const float* exp_avg, const float* exp_avg_sq) override;
 
   // Seconds of the last step the updating thread spent waiting for I/O (the exposed part), and
   // the bytes it read and wrote.
@@ -93,20 +91,6 @@ class OffloadedAdamW {
   // Blocks until the request with `ticket` (and every earlier one) has completed; after an I/O
   // error, drains the queue and throws the first error.
   void wait_for(int64_t ticket);
-  // Calls fn(segment, lo, hi) for every segment overlapping state elements [begin, end), with
-  // [lo, hi) the overlap; `cursor` walks the sorted segments forward across increasing chunks.
-  template <typename Fn>
-  void for_each_overlap(int64_t begin, int64_t end, size_t& cursor, Fn fn) const {
-    while (cursor < segments_.size() &&
-           segments_[cursor].state_offset + segments_[cursor].count <= begin)
-      ++cursor;
-    for (size_t j = cursor; j < segments_.size() && segments_[j].state_offset < end; ++j) {
-      const OptimSegment& s = segments_[j];
-      const int64_t lo = std::max(begin, s.state_offset);
-      const int64_t hi = std::min(end, s.state_offset + s.count);
-      if (lo < hi) fn(s, lo, hi);
-    }
-  }
   void io_loop();
   // Reads or writes one chunk of all three files; returns an error message or "".
   std::string do_io(const IoRequest& request);

@@ -17,7 +17,8 @@ struct OptimConfig {
   float grad_clip = 1.0f;     // global-norm clip (0: off)
   // ZeRO-Infinity-style offload of the f32 master weights and Adam moments to files ("nvme"),
   // streamed through chunk buffers (optim/offload.h); offload_dir defaults to <run.dir>/offload
-  // (one subdirectory per rank).
+  // (one subdirectory per rank). "cpu": ZeRO-Offload, the state in host memory and the update on
+  // the host, streamed to and from the device in offload_chunk_mb chunks (optim/host_offload.h).
   std::string offload = "none";
   std::string offload_dir;
   double offload_chunk_mb = 4;

@@ -302,7 +302,8 @@ MemoryEstimate estimate_stage(const Run& r, int pp_rank, bool explain) {
            N{sizes.max_padded}, ", reduce in ", p.grad_reduce_dtype, ") = ", B{dp_bytes[kComm]});
   }
 
-  // ---- optimizer (Trainer::make_optimizer: AdamW, or OffloadedAdamW) ---------------------------
+  // ---- optimizer (Trainer::make_optimizer: AdamW, OffloadedAdamW or HostOffloadAdamW)
+  // ---------------------------
   const int64_t state = r.groups && zero >= 1 ? sizes.shard : flat;
   const std::string state_text = !explain                ? std::string()
                                  : r.groups && zero >= 1 ? txt(N{state}, " params (", N{flat},
@@ -319,6 +320,11 @@ MemoryEstimate estimate_stage(const Run& r, int pp_rank, bool explain) {
          " x 4 B = ", B{4 * chunk}, " (", state_text, " on disk)");
     note(kOptimizer, "2 moments x ", buf.buffers, " offload chunks x ", N{buf.chunk_elements},
          " x 4 B = ", B{8 * chunk});
+  } else if (config.optim.offload == "cpu") {
+    // HostOffloadAdamW: master, moments and a gradient copy live in host memory, not the arena.
+    note(kOptimizer, "0 B: master weights and 2 moments of ", state_text,
+         " in host memory (optim.offload = \"cpu\", ", B{12 * state},
+         " there, plus the downloaded gradients)");
   } else {
     add(kOptimizer, 8 * state);
     note(kOptimizer, "2 moments x ", state_text, " x 4 B = ", B{8 * state});
@@ -330,10 +336,23 @@ MemoryEstimate estimate_stage(const Run& r, int pp_rank, bool explain) {
     slots = pipeline_slots(parse_schedule_kind(p.schedule), pp, static_cast<int>(r.micro_batches),
                            static_cast<int>(p.vpp), pp_rank);
   int64_t stores = 0;
+  const bool offload_acts = config.train.activation_offload;
   for (int c = 0; c < shard.num_chunks(); ++c) {
-    const MemBytes one =
-        activation_store_bytes(mc, shard, shard.chunks[c], shard.chunk_has_embedding(c),
-                               shard.chunk_has_head(c), batch, seq_len, r.recompute, r.precision);
+    // Activation offload: the store without layers, and the offload's window and block outputs.
+    const LayerRange layers = shard.chunks[c];
+    MemBytes one = activation_store_bytes(
+        mc, shard, offload_acts ? LayerRange{layers.begin, layers.begin} : layers,
+        shard.chunk_has_embedding(c), shard.chunk_has_head(c), batch, seq_len, r.recompute,
+        r.precision);
+    if (offload_acts) {
+      const MemBytes window = ActivationOffload::device_bytes(mc, shard, layers, r.recompute, batch,
+                                                              seq_len, r.precision);
+      for (int k = 0; k < kNumMemCategories; ++k) one[k] += window[k];
+      note(kActivations,
+           "activation offload: ", std::min(ActivationOffload::kWindow, layers.size()),
+           " layers' activations on the device + every block output = ", B{window[kActivations]},
+           " (the other layers' in host memory)");
+    }
     for (int k = 0; k < kNumMemCategories; ++k) add(k, slots[c] * one[k]);
     stores += slots[c];
   }
@@ -341,7 +360,11 @@ MemoryEstimate estimate_stage(const Run& r, int pp_rank, bool explain) {
   e.activation_bytes_per_layer =
       layer_bytes(mc, shard, r.recompute.for_layer(0), MemCategory::activations, batch, seq_len,
                   r.precision)[kActivations];
-  if (explain) {
+  if (explain && offload_acts) {
+    note(kActivations, "+ tokens and chunk input, final norm, logits [n, v/tp], losses (b ", batch,
+         " x s ", seq_len, "); without the offload the layers would take ", shard.chunks[0].size(),
+         " x ", B{e.activation_bytes_per_layer});
+  } else if (explain) {
     // Layer-slots per recomputation mode: each chunk's layers times its micro-batches in flight.
     std::array<int64_t, 3> slots_in_mode{};
     std::string in_flight;

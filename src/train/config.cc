@@ -63,6 +63,7 @@ const Field kFields[] = {
     STRATA_FIELD(train, precision),
     STRATA_FIELD(train, recompute),
     STRATA_FIELD(train, recompute_layers),
+    STRATA_FIELD(train, activation_offload),
     STRATA_FIELD(optim, lr),
     STRATA_FIELD(optim, min_lr),
     STRATA_FIELD(optim, warmup_steps),

@@ -36,6 +36,10 @@ struct TrainConfig {
   // only each block's input); recompute_layers: the first N layers of each pipeline chunk (0: all).
   std::string recompute = "none";
   int64_t recompute_layers = 0;
+  // Move each block's saved activations to host memory after its forward and back before its
+  // backward (DecoderOptions::offload_activations); with recompute "none" or "selective", and
+  // without pipeline parallelism.
+  bool activation_offload = false;
 };
 
 struct RunDirConfig {

@@ -54,8 +54,10 @@ void validate_config(RunConfig& c, const std::string& where) {
         "profile.start_step and profile.steps must be at least 1 and profile.max_events at least "
         "1000, got ",
         c.profile.start_step, ", ", c.profile.steps, " and ", c.profile.max_events);
-  check(c.optim.offload == "none" || c.optim.offload == "nvme", where, "optim.offload: '",
-        c.optim.offload, "' (expected \"none\" or \"nvme\")");
+  check(c.optim.offload == "none" || c.optim.offload == "nvme" || c.optim.offload == "cpu", where,
+        "optim.offload: '", c.optim.offload,
+        "' (expected \"none\", \"nvme\" (master weights and Adam moments in files) or \"cpu\" "
+        "(in host memory, with the update on the host))");
   check(c.optim.offload_chunk_mb > 0, where, "optim.offload_chunk_mb: must be positive, got ",
         c.optim.offload_chunk_mb);
   const LossScalerConfig& ls = c.fp16;
@@ -136,6 +138,13 @@ void validate_config(RunConfig& c, const std::string& where) {
         "' (expected \"none\", \"selective\" or \"full\")");
   check(c.train.recompute_layers >= 0, where,
         "train.recompute_layers: must be 0 (every layer) or more, got ", c.train.recompute_layers);
+  check(!c.train.activation_offload || c.train.recompute != "full", where,
+        "train.activation_offload = true with train.recompute = \"full\": full recomputation keeps "
+        "only each block's input, which is all the offload would leave on the device; use one of "
+        "them (or recompute = \"selective\" with the offload)");
+  check(!c.train.activation_offload || p.pp == 1, where,
+        "train.activation_offload = true needs parallel.pp = 1: a pipeline stage holds several "
+        "micro-batches' activations at once, which the offload's window does not");
   check(p.grad_reduce_dtype == "f32" || p.grad_reduce_dtype == "bf16", where,
         "parallel.grad_reduce_dtype: '", p.grad_reduce_dtype, "' (expected \"f32\" or \"bf16\")");
   check(p.vpp >= 1, where, "parallel.vpp: must be at least 1, got ", p.vpp);

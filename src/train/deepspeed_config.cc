@@ -274,17 +274,8 @@ void Translator::offload_optimizer(const std::string& key, const json& v) {
   s["device"] = [this](const std::string& k, const json& x) {
     std::string device;
     if (!string(k, x, device)) return;
-    if (device == "nvme") {
-      set("optim.offload", "\"nvme\"");
-    } else if (device == "none") {
-      set("optim.offload", "\"none\"");
-    } else if (device == "cpu") {
-      // Training runs on the CPU: the optimizer state already lives in host memory, so there is
-      // nothing to move. Mapped to no offload, said aloud.
-      set("optim.offload", "\"none\"");
-      warn(k,
-           "\"cpu\": strata trains on the CPU, so the optimizer state is already in host "
-           "memory; mapped to optim.offload = \"none\" (use \"nvme\" to move it to disk)");
+    if (device == "nvme" || device == "cpu" || device == "none") {
+      set("optim.offload", toml_string(device));  // ZeRO-Offload's "cpu" is strata's too
     } else {
       error(k, cat("unknown device '", device, "' (expected \"none\", \"cpu\" or \"nvme\")"));
     }
@@ -333,10 +324,12 @@ void Translator::zero_section(const std::string& key, const json& v) {
   s["offload_optimizer"] = [this](const std::string& k, const json& x) { offload_optimizer(k, x); };
   s["cpu_offload"] = [this](const std::string& k, const json& x) {
     bool b = false;
-    if (boolean(k, x, b) && b)
+    if (boolean(k, x, b) && b) {
+      set("optim.offload", "\"cpu\"");
       warn(k,
-           "true: strata trains on the CPU, so the optimizer state is already in host memory "
-           "(use offload_optimizer.device = \"nvme\" to move it to disk)");
+           "deprecated: use offload_optimizer.device = \"cpu\" (mapped to optim.offload = "
+           "\"cpu\")");
+    }
   };
   s["offload_param"] = [this](const std::string& k, const json& x) {
     const auto d = x.is_object() ? x.find("device") : x.end();

@@ -139,6 +139,7 @@ void Trainer::build_model() {
     o.recompute = recompute;
     o.precision = precision;
     o.backend = &device_->backend();
+    o.offload_activations = t.activation_offload;
     model_ = std::make_unique<Decoder>(config_.model, arena_, t.batch_size, t.seq_len, o);
     model_->init(t.seed);
     make_optimizer(segments_for_all(model_->params()), model_->params().size());
@@ -150,6 +151,7 @@ void Trainer::build_model() {
     o.recompute = recompute;
     o.precision = precision;
     o.backend = &device_->backend();
+    o.offload_activations = t.activation_offload;
     o.plan = [this](ParamStore& params) { dp_->plan(params); };
     const ShardSpec spec{layout.tp, layout.pp, static_cast<int>(p.vpp),
                          p.sp,      tokens,    p.stage_layers};
@@ -199,6 +201,7 @@ bool Trainer::attach_bf16_copy(std::vector<OptimSegment>& segments) {
 }
 
 void Trainer::make_optimizer(std::vector<OptimSegment> segments, int64_t state_size) {
+  if (config_.optim.offload == "cpu") return make_host_offload(std::move(segments), state_size);
   if (config_.optim.offload != "nvme") {
     optimizer_writes_bf16_ = attach_bf16_copy(segments);
     optimizer_ = std::make_unique<AdamW>(std::move(segments), state_size, arena_, config_.optim,
@@ -210,9 +213,10 @@ void Trainer::make_optimizer(std::vector<OptimSegment> segments, int64_t state_s
                                                           : fs::path(config_.optim.offload_dir);
   o.dir = (root / cat("rank_", rank_)).string();
   o.chunk_elements = offload_chunk_elements(config_.optim);
-  offload_ =
+  auto files =
       std::make_unique<OffloadedAdamW>(std::move(segments), state_size, arena_, config_.optim, o);
-  offload_->init_from_params();  // the parameters are initialised by now
+  files->init_from_params();  // the parameters are initialised by now
+  offload_ = std::move(files);
   log::info("optimizer state offloaded to ", o.dir, " (", config_.optim.offload_chunk_mb,
             " MB chunks)");
 }
@@ -352,6 +356,7 @@ StepResult Trainer::train_step() {
       tick = Clock::now();
       if (micro == 0) inject_slowness();
       if (dp_) dp_->begin_micro_batch(micro == m - 1);
+      if (offload_hooks_) offload_hooks_->begin_micro_batch(micro == m - 1);
       loss += model_->forward_backward(inputs_, targets_, grad_scale);
       r.compute_s += seconds_since(tick);
     }
@@ -390,11 +395,12 @@ StepResult Trainer::train_step() {
       optimizer_->step(static_cast<float>(r.lr), scale);
     if (dp_) dp_->after_optimizer_step();
     params.bump_version();  // the 16-bit working weights refresh from the new master values
-    if (optimizer_writes_bf16_ && !offload_) model_->bf16_copy_written();
+    if (optimizer_writes_bf16_) model_->bf16_copy_written();
   } else if (!finite && scaler_) {
     log::info("step ", step_ + 1, ": fp16 gradients overflowed at loss scale ", loss_scale,
               "; update skipped");
   }
+  if (!apply && host_offload_) host_offload_->discard_gradients();
   r.skipped = !apply;
   if (scaler_) scaler_->update(!finite);
   device_->backend().synchronize();  // a GPU's update has finished: the step's times are real

@@ -12,6 +12,7 @@
 #include "core/arena.h"
 #include "model/decoder.h"
 #include "optim/adamw.h"
+#include "optim/host_offload.h"
 #include "optim/loss_scaler.h"
 #include "optim/offload.h"
 #include "parallel/data_parallel.h"
@@ -124,6 +125,8 @@ class Trainer {
   std::vector<float> to_global(const std::vector<float>& local_full);
   void build_model();
   void make_optimizer(std::vector<OptimSegment> segments, int64_t state_size);
+  // optim.offload = "cpu" (trainer_offload.cc).
+  void make_host_offload(std::vector<OptimSegment> segments, int64_t state_size);
   bool attach_bf16_copy(std::vector<OptimSegment>& segments);
   int64_t optimizer_steps() const;
   void heartbeat(const char* phase);
@@ -150,12 +153,14 @@ class Trainer {
   std::string data_dir_, tokenizer_path_;
   std::unique_ptr<Decoder> model_;
   std::unique_ptr<DataParallel> dp_;
-  std::unique_ptr<ModelParallel> mp_;        // tp > 1 or pp > 1
-  std::unique_ptr<PipelineExecutor> pipe_;   // pp > 1
-  int64_t micro_batches_ = 1;                // per optimizer step and dp rank
-  std::unique_ptr<LossScaler> scaler_;       // fp16
-  std::unique_ptr<AdamW> optimizer_;         // or, with optim.offload = "nvme":
-  std::unique_ptr<OffloadedAdamW> offload_;  // master weights and moments in files
+  std::unique_ptr<ModelParallel> mp_;            // tp > 1 or pp > 1
+  std::unique_ptr<PipelineExecutor> pipe_;       // pp > 1
+  int64_t micro_batches_ = 1;                    // per optimizer step and dp rank
+  std::unique_ptr<LossScaler> scaler_;           // fp16
+  std::unique_ptr<AdamW> optimizer_;             // or, with optim.offload = "nvme" or "cpu":
+  std::unique_ptr<OffloadedOptimizer> offload_;  // master weights and moments in files / host
+  HostOffloadAdamW* host_offload_ = nullptr;     // offload_ when it is "cpu"
+  std::unique_ptr<HostOffloadGradHooks> offload_hooks_;  // "cpu", one process: early downloads
   std::unique_ptr<TokenSource> train_data_, val_data_;
   int32_t* inputs_ = nullptr;
   int32_t* targets_ = nullptr;

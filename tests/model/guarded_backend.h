@@ -87,6 +87,13 @@ class GuardedBackend : public Backend {
     cpu_backend().fill(dst, value, count);
   }
   void synchronize() override { cpu_backend().synchronize(); }
+  // Host buffers are plain host memory (never locked); the queue's copies are this backend's
+  // copy_to_host / copy_from_host, which unlock the device memory around each copy.
+  void* alloc_host(size_t bytes) override { return cpu_backend().alloc_host(bytes); }
+  void free_host(void* ptr) override { cpu_backend().free_host(ptr); }
+  std::unique_ptr<CopyQueue> make_copy_queue() override {
+    return make_synchronous_copy_queue(*this);
+  }
   bool supports_naive_attention() const override { return true; }
 
   void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,

@@ -120,15 +120,19 @@ MemBytes build_single(const RunConfig& config, const std::string& dir) {
   DecoderOptions o;
   o.recompute = recompute_policy(t);
   o.precision = train_precision(t);
+  o.offload_activations = t.activation_offload;
   Decoder model(config.model, arena, t.batch_size, t.seq_len, o);
   std::unique_ptr<AdamW> adam;
-  std::unique_ptr<OffloadedAdamW> offload;
+  std::unique_ptr<OffloadedOptimizer> offload;
   if (config.optim.offload == "nvme") {
     OffloadOptions oo;
     oo.dir = dir + "/offload";
     oo.chunk_elements = offload_chunk_elements(config.optim);
     offload = std::make_unique<OffloadedAdamW>(segments_for_all(model.params()),
                                                model.params().size(), arena, config.optim, oo);
+  } else if (config.optim.offload == "cpu") {  // the state in a host arena of its own
+    offload = std::make_unique<HostOffloadAdamW>(
+        segments_for_all(model.params()), model.params().size(), config.optim, model.backend());
   } else {
     adam = std::make_unique<AdamW>(segments_for_all(model.params()), model.params().size(), arena,
                                    config.optim);
@@ -188,10 +192,14 @@ TEST(MemoryModel, OneProcessMatchesTheArenaExactly) {
       }
     }
   }
-  for (const auto& sets :
-       std::vector<std::vector<std::string>>{{"optim.offload=nvme", "optim.offload_chunk_mb=0.01"},
-                                             {"optim.offload=nvme", "train.precision=bf16"},
-                                             {"train.grad_accum=3", "train.seq_len=16"}}) {
+  for (const auto& sets : std::vector<std::vector<std::string>>{
+           {"optim.offload=nvme", "optim.offload_chunk_mb=0.01"},
+           {"optim.offload=nvme", "train.precision=bf16"},
+           {"optim.offload=cpu", "train.precision=bf16"},
+           {"train.activation_offload=true"},
+           {"train.activation_offload=true", "train.precision=bf16", "train.recompute=selective",
+            "model.attention=naive"},
+           {"train.grad_accum=3", "train.seq_len=16"}}) {
     const RunConfig c = small(dir, sets);
     expect_equal(build_single(c, dir), estimate_rank_memory(c, 1, 0, with_threads(false)),
                  joined(sets));
@@ -206,7 +214,8 @@ TEST(MemoryModel, TrainerMatchesTheArenaExactly) {
            {"model.family=llama", "model.n_kv_head=2", "train.precision=bf16",
             "model.attention=flash", "train.recompute=selective"},
            {"train.precision=fp16", "train.recompute=full", "optim.offload=nvme",
-            "system.threads=1"}}) {
+            "system.threads=1"},
+           {"optim.offload=cpu", "train.precision=bf16", "train.activation_offload=true"}}) {
     const std::string dir = test_support::fresh_dir("memory_model_trainer");
     const RunConfig c = small(dir, sets);
     Trainer trainer(c);

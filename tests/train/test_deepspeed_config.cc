@@ -148,13 +148,17 @@ TEST(DeepSpeedConfig, OptimizerOffload) {
   EXPECT_EQ(c.optim.offload, "nvme");
   EXPECT_EQ(c.optim.offload_dir, "/tmp/strata \"nvme\"");
   EXPECT_TRUE(ds.warnings.empty());
-  // "cpu": the state is in host memory already; no offload, and a warning that says so.
+  // "cpu": ZeRO-Offload, strata's optim.offload = "cpu" (state and update on the host).
   ds = translate_deepspeed(
       json::parse(R"({"zero_optimization": {"offload_optimizer": {"device": "cpu"}}})"), "ds");
   c = apply(ds, {"optim.offload=nvme"});
   EXPECT_EQ(c.optim.offload, "nvme");  // --set wins
-  EXPECT_EQ(apply(ds).optim.offload, "none");
-  EXPECT_TRUE(has_warning(ds, "zero_optimization.offload_optimizer.device"));
+  EXPECT_EQ(apply(ds).optim.offload, "cpu");
+  EXPECT_TRUE(ds.warnings.empty());
+  // The deprecated spelling maps the same way, with a warning naming the current one.
+  ds = translate_deepspeed(json::parse(R"({"zero_optimization": {"cpu_offload": true}})"), "ds");
+  EXPECT_EQ(apply(ds).optim.offload, "cpu");
+  EXPECT_TRUE(has_warning(ds, "zero_optimization.cpu_offload"));
 }
 
 TEST(DeepSpeedConfig, AutoKeepsStrataValues) {

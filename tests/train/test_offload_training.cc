@@ -1,6 +1,9 @@
-// optim.offload = "nvme": the step loop with master weights and Adam moments in files trains
-// bitwise like the in-memory optimizer, keeps only chunk buffers resident (arena accounting),
-// and checkpoints and resumes through the files.
+// The offloads in the step loop. optim.offload = "nvme": master weights and Adam moments in files
+// train bitwise like the in-memory optimizer, keep only chunk buffers resident (arena accounting),
+// and checkpoint and resume through the files. optim.offload = "cpu": the state in host memory and
+// the update on the host, bitwise like AdamW (with gradient accumulation, f32 and bf16), none of
+// it in the model's arena, resuming exactly. train.activation_offload: bitwise the same losses
+// with fewer device activations.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -64,6 +67,56 @@ TEST(OffloadTraining, ResumesBitwiseFromACheckpoint) {
   for (size_t i = 0; i < losses.size(); ++i) EXPECT_EQ(losses[i], whole.losses[4 + i]);
   EXPECT_EQ(std::memcmp(t.model().params().data(), whole.params.data(), whole.params.size() * 4),
             0);
+}
+
+TEST(HostOffloadTraining, BitwiseLikeAdamWWithTheStateOffTheArena) {
+  for (const char* precision : {"f32", "bf16"}) {
+    const std::string p = precision;
+    const std::vector<std::string> sets = {"train.precision=" + p, "train.grad_accum=2"};
+    const RunResult want = train(config("adamw_" + p, sets));
+    std::vector<std::string> cpu = sets;
+    cpu.push_back("optim.offload=cpu");
+    const RunResult got = train(config("cpu_" + p, cpu));
+    EXPECT_EQ(got.losses, want.losses) << p;
+    EXPECT_EQ(std::memcmp(got.params.data(), want.params.data(), got.params.size() * 4), 0) << p;
+  }
+  Trainer mem(config("arena_adamw"));
+  Trainer host(config("arena_cpu", {"optim.offload=cpu"}));
+  EXPECT_GT(mem.arena().current(MemCategory::optimizer), 0);
+  EXPECT_EQ(host.arena().current(MemCategory::optimizer), 0);
+  EXPECT_EQ(host.arena().current(MemCategory::master), 0);
+  EXPECT_EQ(host.arena().stats().total_current + mem.arena().current(MemCategory::optimizer),
+            mem.arena().stats().total_current);
+}
+
+TEST(HostOffloadTraining, ResumesBitwiseFromACheckpoint) {
+  const RunResult whole = train(config("cpu_whole", {"optim.offload=cpu"}));
+  const RunConfig part = config("cpu_part", {"optim.offload=cpu"});
+  train(part, 4);
+  Trainer t(part);  // resumes: master and moments written back into host memory
+  ASSERT_EQ(t.step(), 4);
+  std::vector<double> losses;
+  while (t.step() < part.train.steps) losses.push_back(t.train_step().loss);
+  for (size_t i = 0; i < losses.size(); ++i) EXPECT_EQ(losses[i], whole.losses[4 + i]);
+  EXPECT_EQ(std::memcmp(t.model().params().data(), whole.params.data(), whole.params.size() * 4),
+            0);
+}
+
+TEST(ActivationOffloadTraining, BitwiseTheSameLossesWithFewerDeviceActivations) {
+  const std::vector<std::string> sets = {"model.n_layer=4", "train.precision=bf16"};
+  const RunResult want = train(config("acts_keep", sets));
+  std::vector<std::string> off = sets;
+  off.push_back("train.activation_offload=true");
+  off.push_back("optim.offload=cpu");  // both offloads together
+  const RunResult got = train(config("acts_off", off));
+  EXPECT_EQ(got.losses, want.losses);
+  EXPECT_EQ(std::memcmp(got.params.data(), want.params.data(), got.params.size() * 4), 0);
+  Trainer keep(config("acts_arena_keep", sets));
+  Trainer moved(config("acts_arena_off", off));
+  EXPECT_LT(moved.arena().current(MemCategory::activations),
+            keep.arena().current(MemCategory::activations));
+  ASSERT_NE(moved.model().activation_offload(), nullptr);
+  EXPECT_EQ(moved.model().activation_offload()->offloaded_layers(), 2);
 }
 
 }  // namespace

@@ -1,8 +1,10 @@
 // The CPU backend: kernels/cpu behind the Backend interface, host memory, nothing queued (every
 // call has finished when it returns).
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
+#include "core/error.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/flash_attention.h"
 #include "kernels/cpu/kernels.h"
@@ -15,7 +17,38 @@ const char* device_kind_name(DeviceKind kind) {
   return kind == DeviceKind::cuda ? "cuda" : "cpu";
 }
 
+void* aligned_host_alloc(size_t bytes) {
+  constexpr size_t align = Backend::kHostAlignment;
+  const size_t rounded = (std::max<size_t>(bytes, 1) + align - 1) / align * align;
+  void* ptr = std::aligned_alloc(align, rounded);
+  STRATA_CHECK(ptr != nullptr, "out of host memory: the system refused ", rounded,
+               " bytes of host buffers");
+  std::memset(ptr, 0, rounded);
+  return ptr;
+}
+
 namespace {
+
+// Every copy has finished when download / upload return, so waiting is a no-op; tickets still
+// count up, so that code written against the asynchronous contract runs unchanged.
+class SynchronousCopyQueue final : public CopyQueue {
+ public:
+  explicit SynchronousCopyQueue(Backend& backend) : backend_(backend) {}
+  CopyTicket download(void* host, const void* device, size_t bytes) override {
+    backend_.copy_to_host(host, device, bytes);
+    return ++issued_;
+  }
+  CopyTicket upload(void* device, const void* host, size_t bytes) override {
+    backend_.copy_from_host(device, host, bytes);
+    return ++issued_;
+  }
+  void wait_host(CopyTicket /*ticket*/) override {}
+  void compute_waits_for(CopyTicket /*ticket*/) override {}
+
+ private:
+  Backend& backend_;
+  CopyTicket issued_ = 0;
+};
 
 class CpuBackend final : public Backend {
  public:
@@ -31,6 +64,11 @@ class CpuBackend final : public Backend {
   void zero(void* dst, size_t bytes) override { std::memset(dst, 0, bytes); }
   void fill(float* dst, float value, int64_t count) override { std::fill(dst, dst + count, value); }
   void synchronize() override {}
+  void* alloc_host(size_t bytes) override { return aligned_host_alloc(bytes); }
+  void free_host(void* ptr) override { std::free(ptr); }
+  std::unique_ptr<CopyQueue> make_copy_queue() override {
+    return make_synchronous_copy_queue(*this);
+  }
   bool supports_naive_attention() const override { return true; }
 
   void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
@@ -224,6 +262,10 @@ class CpuBackend final : public Backend {
 };
 
 }  // namespace
+
+std::unique_ptr<CopyQueue> make_synchronous_copy_queue(Backend& backend) {
+  return std::make_unique<SynchronousCopyQueue>(backend);
+}
 
 Backend& cpu_backend() {
   static CpuBackend backend;

@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "kernels/cuda/copy_queue.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/flash_attention.h"
@@ -201,6 +202,9 @@ class CudaBackendImpl final : public CudaBackend {
     STRATA_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, s()));
   }
   void fill(float* dst, float value, int64_t count) override { cuda::fill(dst, value, count, s()); }
+  void* alloc_host(size_t bytes) override { return cuda::alloc_pinned(bytes); }
+  void free_host(void* ptr) override { cuda::free_pinned(ptr); }
+  std::unique_ptr<CopyQueue> make_copy_queue() override { return cuda::make_copy_queue(s()); }
   void synchronize() override { stream_.synchronize(); }
 
   // ---- GEMM and linear layers -----------------------------------------------------------------

@@ -6,6 +6,8 @@
 // comm/nccl/nccl_comm.h set_compute_stream) orders itself after this one through stream().
 // Calls that return a value (the loss sums, sum_squares), copy_to_host and copy_from_host wait for
 // the stream; everything else returns without waiting.
+// make_copy_queue's copies run on two streams of their own beside the compute stream
+// (kernels/cuda/copy_queue.h); alloc_host is cudaHostAlloc'd (page-locked) memory.
 //
 // Memory: memory() hands out zero-filled cudaMalloc'd blocks for an Arena (at start-up: cudaMalloc
 // and the zero fill synchronise). Internal scratch (the norm backwards' partial sums, the

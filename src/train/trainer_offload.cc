@@ -1,0 +1,29 @@
+// optim.offload = "cpu" (ZeRO-Offload): the trainer's side of HostOffloadAdamW.
+#include "core/log.h"
+#include "train/trainer.h"
+
+namespace strata {
+
+void Trainer::make_host_offload(std::vector<OptimSegment> segments, int64_t state_size) {
+  // The host update rounds the bf16 working copy as AdamW would, and uploads it with the params.
+  optimizer_writes_bf16_ = attach_bf16_copy(segments);
+  HostOffloadOptions o;
+  o.chunk_elements = offload_chunk_elements(config_.optim);
+  auto host = std::make_unique<HostOffloadAdamW>(std::move(segments), state_size, config_.optim,
+                                                 model_->backend(), o);
+  // One process: each group's gradients start downloading as soon as backward has finished them.
+  // With process groups the DataParallel hooks are the model's, and step() downloads after the
+  // reduction.
+  if (!groups_) {
+    offload_hooks_ = std::make_unique<HostOffloadGradHooks>(model_->params(), *host);
+    model_->set_hooks(offload_hooks_.get());
+  }
+  const MemStats host_mem = host->host_arena().stats();
+  log::info("optimizer state offloaded to host memory: ", host_mem.total_current >> 20, " MiB in ",
+            host->num_chunks(), " chunks of ", config_.optim.offload_chunk_mb, " MB",
+            offload_hooks_ ? "; gradients download during backward" : "");
+  host_offload_ = host.get();
+  offload_ = std::move(host);
+}
+
+}  // namespace strata
