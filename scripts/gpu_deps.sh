@@ -36,16 +36,24 @@ deps_log() { echo "deps: $*"; }
 _deps_have_header() {  # relative path: in a default include dir of the system?
   local d
   for d in /usr/include /usr/local/include "/usr/include/$DEPS_MULTIARCH"; do
-    [ -e "$d/$1" ] && return 0
+    [ -s "$d/$1" ] && return 0  # -s: non-empty (an emptied file does not count)
   done
   return 1
 }
 _deps_have_lib() {  # file name (libdnnl.so, libgtest.a): in a default library dir of the system?
   local d
   for d in "/usr/lib/$DEPS_MULTIARCH" /usr/lib /usr/local/lib /usr/lib64 /usr/local/lib64; do
-    [ -e "$d/$1" ] && return 0
+    [ -s "$d/$1" ] && return 0  # -s: non-empty (an emptied file does not count)
   done
   return 1
+}
+
+# A system MPI counts only when its wrapper compiler and mpirun both answer (a stray mpirun,
+# e.g. from a Python package, or a wrapper without its data files, does not).
+_deps_system_mpi_ok() {
+  command -v mpicxx >/dev/null && command -v mpirun >/dev/null || return 1
+  { mpicxx --showme:version >/dev/null 2>&1 || mpicxx -show >/dev/null 2>&1; } || return 1
+  timeout 20 mpirun --version >/dev/null 2>&1
 }
 
 # What CMakeLists.txt's find_* need that the system does not have, one word each.
@@ -58,8 +66,8 @@ deps_missing() {
   _deps_have_header toml++/toml.h || m+=(toml++)
   _deps_have_header CLI/CLI.hpp || m+=(CLI11)
   { _deps_have_header sqlite3.h && _deps_have_lib libsqlite3.so; } || m+=(SQLite3)
-  { command -v mpicxx >/dev/null && command -v mpirun >/dev/null; } || m+=(MPI)
-  { command -v pkg-config >/dev/null || command -v pkgconf >/dev/null; } || m+=(pkg-config)
+  _deps_system_mpi_ok || m+=(MPI)
+  { pkg-config --version >/dev/null 2>&1 || pkgconf --version >/dev/null 2>&1; } || m+=(pkg-config)
   echo "${m[*]}"
 }
 
@@ -127,14 +135,14 @@ deps_extract() {
 }
 
 # deps_use_prefix PREFIX [mpi]: point CMake, pkg-config, the loader and Open MPI at PREFIX.
-# MPI comes from the prefix unless the system has both mpicxx and mpirun (one MPI, never a mix);
+# MPI comes from the prefix unless the system's mpicxx and mpirun work (one MPI, never a mix);
 # DEPS_MPI=carried|system forces the choice.
 deps_use_prefix() {
   local prefix=$1
   local usr=$prefix/usr lib=$prefix/usr/lib/$DEPS_MULTIARCH
   DEPS_USED_PREFIX=$prefix
   if [ -z "$DEPS_MPI" ]; then
-    if command -v mpicxx >/dev/null && command -v mpirun >/dev/null; then DEPS_MPI=system; else DEPS_MPI=carried; fi
+    if _deps_system_mpi_ok; then DEPS_MPI=system; else DEPS_MPI=carried; fi
   fi
   if [ "$DEPS_MPI" = system ]; then
     # Keep the system's Open MPI whole: the carried one must not shadow its libraries.

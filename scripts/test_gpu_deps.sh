@@ -19,7 +19,8 @@
 #   4. runs strata_test_comm on 2 ranks under the prefix's mpirun with LD_DEBUG=files and
 #      fails if any process (mpirun, the ranks) loaded a shared object from outside the prefix
 #      other than glibc, the GCC runtime, zlib and libraries no carried package has (listed),
-#   5. runs it again without mpirun (an MPI singleton, as `strata train` starts).
+#   5. runs it again without mpirun (an MPI singleton, as `strata train` starts),
+#   6. with DEPS_TEST_VERIFY=1 (slow: a full build), runs scripts/gpu_verify.sh itself in there.
 # What it does not show: that the GPU machine's own libraries (Ubuntu's, if that is what it
 # runs) work with the carried Debian 12 ones; that the CUDA, NCCL and cuBLASLt parts build
 # there (here they come from /usr/local/cuda).
@@ -124,4 +125,19 @@ OMP_NUM_THREADS=1 timeout 120 "$BUILD/tests/comm/strata_test_comm" --gtest_color
   > "$L/singleton.txt" 2>&1 || { tail -n 20 "$L/singleton.txt"; echo "FAIL: singleton"; fail=1; }
 tail -n 1 "$L/singleton.txt"
 if [ "$fail" -eq 0 ]; then echo "PASS: build and 2-rank run used only the prefix's copies"; fi
+
+# --- 6. (DEPS_TEST_VERIFY=1, slow: a full build) scripts/gpu_verify.sh itself in here, with its
+# own detection (the system "lacks" everything hidden) and the same prefix; without a GPU its GPU
+# steps fail or skip with their reasons. Its $OUT goes to BUILD/test_gpu_deps/verify-out.
+if [ "${DEPS_TEST_VERIFY:-0}" = 1 ]; then
+  echo "== scripts/gpu_verify.sh in the namespace"
+  (unset LD_LIBRARY_PATH OPAL_PREFIX OPAL_SYSCONFDIR PMIX_PREFIX PMIX_PKGLIBDIR \
+     PMIX_MCA_mca_base_component_path HWLOC_PLUGINS_PATH CMAKE_PREFIX_PATH CMAKE_INCLUDE_PATH \
+     CMAKE_LIBRARY_PATH PKG_CONFIG_PATH
+   export PATH=$DEPS_BASE_PATH CMAKE_CXX_COMPILER_LAUNCHER=${launcher:+ccache} \
+     CMAKE_CUDA_COMPILER_LAUNCHER=${launcher:+ccache}
+   DEPS_PREFIX=$PREFIX BUILD=$BUILD-verify OUT=$L/verify-out BUDGET_S=${BUDGET_S:-3000} \
+     bash scripts/gpu_verify.sh > "$L/verify.txt" 2>&1)
+  cat "$L/verify-out/summary.txt"
+fi
 exit "$fail"
