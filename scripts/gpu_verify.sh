@@ -161,8 +161,11 @@ deps_log_file=$LOGS/deps.txt
 deps_origin=""
 {
   echo "deps: $(sed -n 's/^PRETTY_NAME=//p' /etc/os-release 2>/dev/null | tr -d '"'), glibc $(ldd --version 2>/dev/null | head -n 1 | awk '{print $NF}')"
-  for t in cmake ninja c++ g++ nvcc dpkg-deb readelf; do
-    echo "deps: $t: $(command -v "$t" || echo missing)"
+  for t in cmake ninja c++ g++ nvcc dpkg-deb readelf python3; do
+    p=$(command -v "$t") || p=missing
+    [ "$t" = nvcc ] && [ "$p" = missing ] && [ -x /usr/local/cuda/bin/nvcc ] && p=/usr/local/cuda/bin/nvcc
+    [ "$t" = cmake ] && [ "$p" != missing ] && p="$p ($(cmake --version | head -n 1))"
+    echo "deps: $t: $p"
   done
 } > "$deps_log_file" 2>&1
 # Open MPI refuses root without these (the device machine runs commands as root).
