@@ -219,7 +219,19 @@ _deps_find_wheel_file() {
 # passed as NCCL_INCLUDE/NCCL_LIB, CUDA_cublasLt_LIBRARY and STRATA_CUBLASLT_INCLUDE, with their
 # folders on LD_LIBRARY_PATH. The wheels have only versioned names (libnccl.so.2).
 deps_cuda_libs() {
-  local cuda=${1:-/usr/local/cuda}
+  local cuda=${1:-/usr/local/cuda} nvcc
+  # nvcc itself: CMakeLists.txt takes /usr/local/cuda/bin/nvcc, else the one on PATH; failing
+  # both, a pip wheel's (nvidia-cuda-nvcc: nvidia/cu13/bin/nvcc), with its folder as the toolkit.
+  if [ ! -x "$cuda/bin/nvcc" ] && ! command -v nvcc >/dev/null; then
+    nvcc=$(_deps_find_wheel_file nvcc)
+    if [ -n "$nvcc" ] && [ -x "$nvcc" ]; then
+      cuda=$(dirname "$(dirname "$nvcc")")
+      DEPS_CMAKE_ARGS+=("-DCMAKE_CUDA_COMPILER=$nvcc" "-DCUDAToolkit_ROOT=$cuda")
+      deps_log "nvcc: pip wheel ($nvcc); CUDA toolkit root $cuda"
+    else
+      deps_log "nvcc: not found ($cuda/bin/nvcc, PATH, pip wheels): no CUDA backend"
+    fi
+  fi
   local cinc="$cuda/include $cuda/targets/x86_64-linux/include /usr/include"
   local clib="$cuda/lib64 $cuda/lib $cuda/targets/x86_64-linux/lib /usr/lib/$DEPS_MULTIARCH"
   local d h l found
@@ -238,7 +250,7 @@ deps_cuda_libs() {
       export LD_LIBRARY_PATH
       deps_log "NCCL: pip wheel ($h, $l)"
     else
-      deps_log "NCCL: not found (neither in $cuda nor in a pip wheel nvidia-nccl-*); CMake will fail"
+      deps_log "NCCL: not in $cuda nor in a pip wheel nvidia-nccl-*: left to CMake (next to the toolkit it finds)"
     fi
   fi
   found=""
@@ -258,7 +270,7 @@ deps_cuda_libs() {
       export LD_LIBRARY_PATH
       deps_log "cuBLASLt: pip wheel ($l${wh:+, $wh})"
     else
-      deps_log "cuBLASLt: not found (neither in $cuda nor in a pip wheel nvidia-cublas*)"
+      deps_log "cuBLASLt: not in $cuda nor in a pip wheel nvidia-cublas*: left to CMake"
     fi
   fi
 }

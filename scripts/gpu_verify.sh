@@ -250,17 +250,18 @@ binary() {  # target -> its executable under $BUILD (first match)
 
 # --- gpu_info
 nccl_h=$(sed -n 's/^NCCL_INCLUDE:[A-Z]*=//p' "$BUILD/CMakeCache.txt" 2>/dev/null)
+nvcc_bin=$(sed -n 's/^CMAKE_CUDA_COMPILER:[A-Z]*=//p' "$BUILD/CMakeCache.txt" 2>/dev/null)
 # shellcheck disable=SC2016  # expanded by the bash -c below, not here
 gpu_info_commands='
 nvidia-smi -L
 nvidia-smi --format=csv --query-gpu=name,driver_version,memory.total,memory.used,temperature.gpu,power.draw,power.limit,clocks.sm,clocks.max.sm,compute_mode,mig.mode.current
 nvidia-smi topo -m
-/usr/local/cuda/bin/nvcc --version | tail -n 2
+"${NVCC:-/usr/local/cuda/bin/nvcc}" --version | tail -n 2
 grep -E "#define NCCL_(MAJOR|MINOR|PATCH) " "${NCCL_H:-/usr/local/cuda/include}/nccl.h"
 env LD_LIBRARY_PATH="$STRATA_BASE_LD_LIBRARY_PATH" python3 -c "import sys, torch; print(\"python\", sys.version.split()[0], sys.executable, \"torch\", torch.__version__, \"cuda\", torch.version.cuda, \"available\", torch.cuda.is_available())"
 echo "cores: $(nproc)  memory: $(free -g 2>/dev/null | awk "/^Mem:/ {print \$2}") GiB  commit: $(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)"
 '
-run_step_rc gpu_info 60 "$LOGS/gpu_info.txt" env NCCL_H="$nccl_h" bash -c "$gpu_info_commands"
+run_step_rc gpu_info 60 "$LOGS/gpu_info.txt" env NCCL_H="$nccl_h" NVCC="$nvcc_bin" bash -c "$gpu_info_commands"
 head -n 3 "$LOGS/gpu_info.txt"
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
 finish_step gpu_info "$([ "${gpus:-0}" -eq 0 ] && echo 'nvidia-smi lists no GPU')"
