@@ -5,7 +5,7 @@
 // the pipeline schedule the executor runs (make_schedules + pipeline_slots_needed, cached), and
 // the trainer's own reading of the config (train/trainer.h). What is left written out here is
 // the arithmetic of the few buffers whose code needs a live object (ModelParallel, the pipeline
-// executor's gradient buffers, the trainer's input batches, AdamW's moments); each names its
+// executor's gradient buffers, AdamW's moments); each names its
 // source.
 #include "plan/memory_model.h"
 
@@ -402,11 +402,8 @@ MemoryEstimate estimate_stage(const Run& r, int pp_rank, bool explain) {
        r.threads, r.threads == 1 ? " thread)" : " threads)");
   if (rebuild[kWorkspace] > 0)
     note(kWorkspace, "recompute buffers (", config.train.recompute, ") ", B{rebuild[kWorkspace]});
-  // Trainer::build_model: a pipeline holds every micro-batch of the step, otherwise one.
-  const int64_t held = r.groups && pp > 1 ? r.micro_batches : 1;
-  add(kWorkspace, 2 * 4 * held * r.tokens);
-  note(kWorkspace, "input + target batches 2 x ", held, " x ", r.tokens,
-       " tokens x 4 B = ", B{8 * held * r.tokens});
+  // (The trainer's token batches live in host memory, Trainer::host_arena_, not on the device:
+  // the Decoder copies them into its activation store, counted with the activations.)
 
   // ---- model parallelism (ModelParallel) and the pipeline executor ----------------------------
   if (sharded_model) {

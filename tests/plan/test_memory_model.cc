@@ -105,9 +105,6 @@ MemBytes build_rank(const RunConfig& config, int world, int pp_rank, const std::
   std::unique_ptr<PipelineExecutor> pipe;
   if (pp > 1)
     pipe = std::make_unique<PipelineExecutor>(model, pp_comm, actions, static_cast<int>(m), arena);
-  const int64_t held = pp > 1 ? m : 1;
-  arena.alloc<int32_t>(MemCategory::workspace, held * tokens, "input batch");
-  arena.alloc<int32_t>(MemCategory::workspace, held * tokens, "target batch");
   MemBytes bytes = arena.stats().current;
   bytes[static_cast<int>(MemCategory::comm)] += 4 * model_parallel;
   return bytes;
@@ -137,8 +134,6 @@ MemBytes build_single(const RunConfig& config, const std::string& dir) {
     adam = std::make_unique<AdamW>(segments_for_all(model.params()), model.params().size(), arena,
                                    config.optim);
   }
-  arena.alloc<int32_t>(MemCategory::workspace, t.batch_size * t.seq_len, "input batch");
-  arena.alloc<int32_t>(MemCategory::workspace, t.batch_size * t.seq_len, "target batch");
   return arena.stats().current;
 }
 
