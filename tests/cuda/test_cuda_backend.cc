@@ -151,6 +151,22 @@ TEST_F(CudaBackendTest, ArenaOnDeviceMemoryReadsBackZerosAligned) {
   EXPECT_EQ(arena.current(MemCategory::activations), 0);
 }
 
+TEST_F(CudaBackendTest, MemoryCachesFreedBlocksAndHandsThemBackZeroed) {
+  REQUIRE_GPU();
+  DeviceMemory& mem = *gpu().memory();
+  const size_t bytes = size_t{3} << 20;  // size class 4 MiB
+  auto* a = static_cast<float*>(mem.allocate(bytes, 256));
+  gpu().fill(a, 1.5f, static_cast<int64_t>(bytes / 4));
+  mem.free(a);
+  auto* b = static_cast<float*>(mem.allocate(bytes - 100, 256));  // the same class: reused
+  EXPECT_EQ(b, a);
+  EXPECT_TRUE(bitwise_equal(down(b, 1000), Vec(1000, 0.0f)));
+  void* small = mem.allocate(512, 256);  // another class: not carved from the cached block
+  EXPECT_NE(small, static_cast<void*>(a));
+  mem.free(small);
+  mem.free(b);
+}
+
 TEST_F(CudaBackendTest, OutOfMemoryNamesTheRequestAndTheFreeMemory) {
   REQUIRE_GPU();
   try {

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
 #include <mutex>
 #include <unordered_map>
 
@@ -49,34 +50,41 @@ void* device_malloc(size_t bytes, const std::string& device, const char* what) {
        "activations, or shard the model over more GPUs; `strata plan` estimates a config's memory");
 }
 
-// DeviceMemory for an Arena: zero-filled cudaMalloc blocks with the requested alignment.
-// cudaMalloc aligns to 256 bytes (in practice large blocks come 2 MiB aligned); a block that is
-// not aligned as asked is given back and taken again with room to align inside it, so that the
-// common case wastes nothing.
+// DeviceMemory for an Arena: zero-filled cudaMalloc blocks with the requested alignment, behind a
+// cache. cudaMalloc and cudaFree synchronise the device and cost milliseconds, so a freed block is
+// kept and handed out again to a later request of the same rounded size (whole 2 MiB for large
+// blocks, 512 B for small ones); the cache is emptied, and the cudaMalloc tried again, when the
+// device runs out. Alignment above cudaMalloc's 256 bytes is bought with that much slack in the
+// block, so a block of a size class serves any request of it.
 class CudaMemory final : public DeviceMemory {
  public:
   CudaMemory(int device, cudaStream_t stream) : device_(device), stream_(stream) {}
   ~CudaMemory() override {
-    // Blocks an Arena still holds (it should have been destroyed first) are given back.
-    for (auto& [ptr, base] : blocks_) cudaFree(base);
+    // Blocks an Arena still holds (it should have been destroyed first) are given back too.
+    for (auto& [ptr, block] : live_) cudaFree(block.base);
+    for (auto& [size, base] : cache_) cudaFree(base);
   }
 
   void* allocate(size_t bytes, size_t align) override {
     STRATA_CHECK(align > 0 && (align & (align - 1)) == 0, name(), ": alignment ", align,
                  " is not a power of two");
     bytes = std::max<size_t>(bytes, 1);
+    const size_t size = size_class(bytes + (align > 256 ? align : 0));
     std::lock_guard<std::mutex> lock(mutex_);
-    void* base = device_malloc(bytes, name(), "an arena block");
-    void* ptr = base;
-    if (reinterpret_cast<uintptr_t>(base) % align != 0) {
-      STRATA_CUDA_CHECK(cudaFree(base));
-      base = device_malloc(bytes + align, name(), "an arena block");
-      const uintptr_t a = (reinterpret_cast<uintptr_t>(base) + align - 1) / align * align;
-      ptr = reinterpret_cast<void*>(a);
+    void* base = nullptr;
+    if (const auto hit = cache_.find(size); hit != cache_.end()) {
+      base = hit->second;
+      cache_.erase(hit);
+      cached_bytes_ -= size;
+    } else {
+      base = malloc_or_empty_cache(size);
     }
-    blocks_[ptr] = base;
+    const uintptr_t at = (reinterpret_cast<uintptr_t>(base) + align - 1) / align * align;
+    void* ptr = reinterpret_cast<void*>(at);
+    live_[ptr] = Block{base, size};
     // Zero on the compute stream, then wait: the block reads as zeros from any stream (NCCL's
-    // included) and from the host. Start-up only (DESIGN invariant 5), so the wait costs nothing.
+    // included) and from the host, and a reused block is no longer read by earlier kernels.
+    // Start-up only (DESIGN invariant 5), so the wait costs nothing.
     STRATA_CUDA_CHECK(cudaMemsetAsync(ptr, 0, bytes, stream_));
     STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));
     return ptr;
@@ -85,29 +93,49 @@ class CudaMemory final : public DeviceMemory {
   void free(void* ptr) override {
     if (ptr == nullptr) return;
     std::lock_guard<std::mutex> lock(mutex_);
-    const auto it = blocks_.find(ptr);
-    if (it == blocks_.end()) {
+    const auto it = live_.find(ptr);
+    if (it == live_.end()) {
       std::fprintf(stderr, "strata: %s: free of a pointer it did not allocate (%p), ignored\n",
                    name().c_str(), ptr);
       return;
     }
-    // cudaFree waits for the work queued on the device, so no kernel still reads the block.
-    // Errors are reported, not thrown: Arena calls this from its destructor.
-    const cudaError_t err = cudaFree(it->second);
-    if (err != cudaSuccess) {
-      std::fprintf(stderr, "strata: %s: cudaFree failed: %s\n", name().c_str(),
-                   cudaGetErrorString(err));
-    }
-    blocks_.erase(it);
+    // Kept for reuse; kernels still queued that read it finish before the next allocate()
+    // returns it (its zero fill waits for the stream).
+    cache_.emplace(it->second.size, it->second.base);
+    cached_bytes_ += it->second.size;
+    live_.erase(it);
   }
 
   std::string name() const override { return cat("cuda:", device_); }
 
  private:
+  struct Block {
+    void* base;   // what cudaMalloc returned
+    size_t size;  // its size class
+  };
+  static size_t size_class(size_t bytes) {
+    const size_t unit = bytes >= (size_t{1} << 20) ? size_t{2} << 20 : 512;
+    return (bytes + unit - 1) / unit * unit;
+  }
+  void* malloc_or_empty_cache(size_t size) {
+    void* base = nullptr;
+    if (cached_bytes_ > 0) {
+      if (cudaMalloc(&base, size) == cudaSuccess) return base;
+      cudaGetLastError();  // not sticky; give the cache back and try once more
+      // cudaFree waits for the device, so no queued kernel still reads a cached block.
+      for (auto& [s, b] : cache_) cudaFree(b);
+      cache_.clear();
+      cached_bytes_ = 0;
+    }
+    return device_malloc(size, name(), "an arena block");
+  }
+
   int device_;
   cudaStream_t stream_;
   std::mutex mutex_;
-  std::unordered_map<void*, void*> blocks_;  // pointer handed out -> cudaMalloc's pointer
+  std::unordered_map<void*, Block> live_;  // pointer handed out -> its block
+  std::multimap<size_t, void*> cache_;     // freed blocks by size class
+  size_t cached_bytes_ = 0;
 };
 
 // Grow-only device scratch. Growing frees the old block (cudaFree waits for the device, so queued

@@ -1,6 +1,6 @@
 // Every CUDA runtime, cuBLAS(Lt) and NCCL call goes through one of these checks: a failure throws
 // strata::Error naming the call as written, where it was made, and the library's own message,
-// e.g. "CUDA error at kernels/cuda/device_arena.cc:88: cudaMalloc(&ptr, bytes) failed:
+// e.g. "CUDA error at kernels/cuda/gemm.cc:88: cudaMalloc(&ptr, bytes) failed:
 // out of memory (cudaErrorMemoryAllocation)".
 #pragma once
 #include <cuda_runtime.h>
