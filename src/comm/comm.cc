@@ -2,6 +2,9 @@
 
 #include <cstdio>
 
+#include "core/error.h"
+#include "core/log.h"
+
 namespace strata {
 
 const char* comm_op_name(CommOp op) {
@@ -80,6 +83,20 @@ std::string timeout_hint(const std::vector<int>& group_world_ranks, const std::s
   } catch (...) {
     return "";  // a hint must never stand in the way of the error itself
   }
+}
+
+void log_comm_timeout(const std::string& what, int64_t step, double timeout_seconds, int64_t bytes,
+                      const std::string& behind, int peer_world_rank,
+                      const std::vector<int>& group_world_ranks) {
+  char within[32];
+  std::snprintf(within, sizeof within, "%.1f", timeout_seconds);
+  const std::string suspect =
+      peer_world_rank >= 0 ? cat("peer world rank ", peer_world_rank, " may have hung or died")
+                           : std::string("a peer rank may have hung or died");
+  const std::string hint = timeout_hint(group_world_ranks, what);
+  log::error("comm timeout: ", what, " at step ", step, " did not complete within ", within, " s",
+             bytes >= 0 ? cat(" (", bytes, " bytes)") : std::string(), behind, "; ",
+             hint.empty() ? suspect : hint);
 }
 
 }  // namespace strata

@@ -48,6 +48,14 @@ using TimeoutHint = std::function<std::string(const std::vector<int>& group_worl
 void set_timeout_hint(TimeoutHint hint);
 std::string timeout_hint(const std::vector<int>& group_world_ranks, const std::string& operation);
 
+// Logs the one-line timeout error every backend prints (docs/COMM.md), which the supervisor and
+// `strata diagnose` read: "comm timeout: <what> at step S did not complete within T s (B bytes)
+// <behind>; <hint, or who may have hung>". bytes < 0 leaves the size out; peer_world_rank < 0
+// blames "a peer rank". The caller then ends the process with kCommTimeoutExit.
+void log_comm_timeout(const std::string& what, int64_t step, double timeout_seconds, int64_t bytes,
+                      const std::string& behind, int peer_world_rank,
+                      const std::vector<int>& group_world_ranks);
+
 // Counted per operation kind, for metrics and the profiler.
 struct CommOpStats {
   int64_t calls = 0;

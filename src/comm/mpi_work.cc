@@ -119,22 +119,16 @@ std::string PendingOp::describe() const {
 }
 
 void PendingOp::timeout_exit(double timeout_seconds) const {
-  char within[32];
-  std::snprintf(within, sizeof within, "%.1f", timeout_seconds);
-  std::string suspect = "a peer rank may have hung or died";
-  if (args_.kind == CommOp::send || args_.kind == CommOp::recv)
-    suspect = cat("peer world rank ", group_->world_ranks[static_cast<size_t>(args_.peer)],
-                  " may have hung or died");
+  const bool p2p = args_.kind == CommOp::send || args_.kind == CommOp::recv;
   std::string behind;
   if (mpi_done()) {
     // MPI finished this one; an earlier operation of the group has not (completion is in order).
     const std::string earlier = ProgressEngine::get().earliest_pending(*this);
     if (!earlier.empty()) behind = cat(" (it waits behind ", earlier, ")");
   }
-  const std::string hint = timeout_hint(group_->world_ranks, describe());
-  log::error("comm timeout: ", describe(), " at step ", group_->step.load(),
-             " did not complete within ", within, " s (", args_.bytes, " bytes)", behind, "; ",
-             hint.empty() ? suspect : hint);
+  log_comm_timeout(describe(), group_->step.load(), timeout_seconds, args_.bytes, behind,
+                   p2p ? group_->world_ranks[static_cast<size_t>(args_.peer)] : -1,
+                   group_->world_ranks);
   // Not MPI_Finalize (it would wait for the peer) and not exit() (static destructors could block
   // on the communication thread): flush and end here, with a status the supervisor recognises.
   std::fflush(stdout);

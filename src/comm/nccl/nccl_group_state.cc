@@ -127,16 +127,9 @@ std::string Group::behind(const OpState* op) const {
 
 void Group::timeout_exit(const std::string& what, int64_t bytes, int peer_world_rank,
                          const std::string& behind_text) const {
-  char within[32];
-  std::snprintf(within, sizeof within, "%.1f", timeout_seconds.load());
-  const std::string suspect =
-      peer_world_rank >= 0 ? cat("peer world rank ", peer_world_rank, " may have hung or died")
-                           : std::string("a peer rank may have hung or died");
-  const std::string hint = timeout_hint(world_ranks, what);
   // The MPI backend's line (docs/COMM.md), so that the supervisor and `strata diagnose` read both.
-  log::error("comm timeout: ", what, " at step ", step.load(), " did not complete within ", within,
-             " s", bytes >= 0 ? cat(" (", bytes, " bytes)") : std::string(), behind_text, "; ",
-             hint.empty() ? suspect : hint);
+  log_comm_timeout(what, step.load(), timeout_seconds.load(), bytes, behind_text, peer_world_rank,
+                   world_ranks);
   std::fflush(stdout);
   std::fflush(stderr);
   // Abort the communicator so that no NCCL kernel keeps the GPU spinning on a dead peer after
