@@ -254,7 +254,7 @@ if [ ${#targets[@]} -eq 0 ]; then
   record build "FAILED (no targets: configure failed?)" 0 1
 else
   echo "building: ${targets[*]} with $JOBS jobs"
-  run_step_rc build 360 "$LOGS/build.txt" ninja -C "$BUILD" -j"$JOBS" "${targets[@]}"
+  run_step_rc build 480 "$LOGS/build.txt" ninja -C "$BUILD" -j"$JOBS" "${targets[@]}"
   finish_step build
 fi
 has_target() { grep -qx "$1" <<<"$all_targets"; }
@@ -286,8 +286,7 @@ rm -rf "$RUNS"; mkdir -p "$RUNS" "$LOGS/train_gpu"
 touch "$OUT/results.txt"
 micro_batch="" train_main="" train_status=""  # set by train_gpu, read by later steps
 
-if want train_gpu; then
-# --- train_gpu: strata train on the cuda device
+# The GPT-2 124M runs of train_gpu and offload_gpu.
 oom_re='out of memory|cudaErrorMemoryAllocation|CUDA_ERROR_OUT_OF_MEMORY|memory limit|OOM'
 # strata_train NAME LIMIT DEVICE BATCH STEPS [--set KEY=VALUE ...]: GPT-2 124M, bf16, flash,
 # T=1024, synthetic data; log in train_gpu/NAME.log, metrics in $RUNS/NAME/metrics.jsonl. Sets rc
@@ -306,6 +305,9 @@ strata_train() {
   if [ -f "$RUNS/$name/metrics.jsonl" ]; then cp "$RUNS/$name/metrics.jsonl" "$LOGS/train_gpu/$name.metrics.jsonl"; fi
 }
 metrics_lines() { local n=0; [ -f "$1" ] && n=$(grep -c '"loss"' "$1"); echo "${n:-0}"; }
+
+if want train_gpu; then
+# --- train_gpu: strata train on the cuda device
 train_start=$SECONDS
 train_main=""    # metrics of the main run
 micro_batch=""
