@@ -19,23 +19,30 @@ bool flash_attention_supports(int64_t hd) {
 int64_t flash_attention_backward_workspace(int64_t b, int64_t t, int64_t nh, int64_t, int64_t) {
   return 4 * b * nh * t;
 }
-// The scalar kernels are not emulated: the checks use aligned buffers, so they are never called.
-#define STUB(...)                                     \
-  {                                                   \
-    std::fprintf(stderr, "scalar fallback called\n"); \
-    std::abort();                                     \
-  }
+// The scalar kernels are not emulated: the checks use aligned buffers, so the mma kernels never
+// fall back to them, and reaching one ends the check.
+[[noreturn]] static void scalar_fallback_called() {
+  std::fprintf(stderr, "scalar fallback called\n");
+  std::abort();
+}
 void flash_attention_forward_bf16(float*, float*, const uint16_t*, int64_t, int64_t, int64_t,
-                                  int64_t, int64_t, cudaStream_t)
-    STUB() void flash_attention_forward_bf16(uint16_t*, float*, const uint16_t*, int64_t, int64_t,
-                                             int64_t, int64_t, int64_t, cudaStream_t)
-        STUB() void flash_attention_backward_bf16(float*, void*, const float*, const uint16_t*,
-                                                  const float*, const float*, int64_t, int64_t,
-                                                  int64_t, int64_t, int64_t, cudaStream_t)
-            STUB() void flash_attention_backward_bf16(float*, void*, const float*, const uint16_t*,
-                                                      const uint16_t*, const float*, int64_t,
-                                                      int64_t, int64_t, int64_t, int64_t,
-                                                      cudaStream_t) STUB()
+                                  int64_t, int64_t, cudaStream_t) {
+  scalar_fallback_called();
+}
+void flash_attention_forward_bf16(uint16_t*, float*, const uint16_t*, int64_t, int64_t, int64_t,
+                                  int64_t, int64_t, cudaStream_t) {
+  scalar_fallback_called();
+}
+void flash_attention_backward_bf16(float*, void*, const float*, const uint16_t*, const float*,
+                                   const float*, int64_t, int64_t, int64_t, int64_t, int64_t,
+                                   cudaStream_t) {
+  scalar_fallback_called();
+}
+void flash_attention_backward_bf16(float*, void*, const float*, const uint16_t*, const uint16_t*,
+                                   const float*, int64_t, int64_t, int64_t, int64_t, int64_t,
+                                   cudaStream_t) {
+  scalar_fallback_called();
+}
 }  // namespace strata::cuda
 
 using namespace strata;
