@@ -112,9 +112,20 @@ class Trainer {
   // Loads the checkpoint in `dir` into this rank's buffers (whatever layout saved it); throws
   // CheckpointCorrupt naming a damaged file.
   void load_checkpoint(const std::string& dir);
-  // The slices this rank saves; read_offloaded = false leaves offloaded state unread (sizes only).
+  // The slices this rank saves; read_offloaded = false reads neither offloaded nor device state
+  // (sizes only).
   std::vector<SliceSource> checkpoint_sources(bool read_offloaded = true);
   CheckpointState checkpoint_state() const;
+  // The parameters (or this rank's ZeRO shard of them) and AdamW's moments as host arrays for a
+  // checkpoint: the live buffers on the CPU; on a GPU, copies in device_snapshot_ (downloaded
+  // unless `download` is false: sizes only), which upload_state writes back after a load.
+  struct HostState {
+    float *params = nullptr, *m = nullptr, *v = nullptr;  // host arrays
+    float *device_params = nullptr, *device_m = nullptr, *device_v = nullptr;
+    int64_t np = 0, ns = 0;  // elements of params, and of each moment
+  };
+  HostState host_state(bool download = true);
+  void upload_state(const HostState& s);
   void write_metrics(const StepResult& r, double tokens_per_s, double mfu, double val_loss);
   void sample_at_end();
   bool is_rank0() const { return rank_ == 0; }

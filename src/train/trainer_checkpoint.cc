@@ -44,10 +44,46 @@ CheckpointState Trainer::checkpoint_state() const {
 // Each element is saved by exactly one rank: the first tp holder of replicated elements, the
 // first stage's copy of a tied embedding, dp rank 0 for replicated buffers, and every dp rank
 // for its ZeRO shard (f32 master weights under ZeRO-3, Adam moments from ZeRO-1 on).
+Trainer::HostState Trainer::host_state(bool download) {
+  HostState s;
+  const bool sharded = dp_ && dp_->params_sharded();
+  s.np = sharded ? dp_->shard_size() : model_->params().size();
+  s.ns = optimizer_ ? optimizer_->state_size() : 0;
+  s.device_params = sharded ? dp_->shard_params() : model_->params().data();
+  s.device_m = optimizer_ ? optimizer_->first_moment() : nullptr;
+  s.device_v = optimizer_ ? optimizer_->second_moment() : nullptr;
+  if (device_->is_host()) {
+    s.params = s.device_params;
+    s.m = s.device_m;
+    s.v = s.device_v;
+    return s;
+  }
+  device_snapshot_.resize(static_cast<size_t>(s.np + 2 * s.ns));
+  s.params = device_snapshot_.data();
+  if (optimizer_) {
+    s.m = s.params + s.np;
+    s.v = s.m + s.ns;
+  }
+  if (download) {
+    device_->download(s.params, s.device_params, s.np);
+    device_->download(s.m, s.device_m, s.ns);
+    device_->download(s.v, s.device_v, s.ns);
+  }
+  return s;
+}
+
+void Trainer::upload_state(const HostState& s) {
+  if (device_->is_host()) return;
+  device_->upload(s.device_params, s.params, s.np);
+  if (s.m) device_->upload(s.device_m, s.m, s.ns);
+  if (s.v) device_->upload(s.device_v, s.v, s.ns);
+}
+
 std::vector<SliceSource> Trainer::checkpoint_sources(bool read_offloaded) {
   const ParamStore& params = model_->params();
-  const float* m = optimizer_ ? optimizer_->first_moment() : nullptr;
-  const float* v = optimizer_ ? optimizer_->second_moment() : nullptr;
+  const HostState st = host_state(/*download=*/read_offloaded);  // sizes only: no copies
+  const float* m = st.m;
+  const float* v = st.v;
   if (offload_) {
     const size_t n = static_cast<size_t>(offload_->state_size());
     if (offload_snapshot_.size() < 3 * n) offload_snapshot_.resize(3 * n);
@@ -60,22 +96,7 @@ std::vector<SliceSource> Trainer::checkpoint_sources(bool read_offloaded) {
   const bool dp_lead = !groups_ || groups_->dp().rank() == 0;
   const bool params_sharded = dp_ && dp_->params_sharded();
   const bool state_sharded = dp_ && dp_->optimizer_sharded();
-  const float* pbase = params_sharded ? dp_->shard_params() : params.data();
-  if (!device_->is_host()) {
-    // On a GPU the slices are written from host copies (the writer reads them on the host).
-    const int64_t np = params_sharded ? dp_->shard_size() : params.size();
-    const int64_t ns = optimizer_ ? optimizer_->state_size() : 0;
-    device_snapshot_.resize(static_cast<size_t>(np + 2 * ns));
-    float* host = device_snapshot_.data();
-    device_->download(host, pbase, np);
-    pbase = host;
-    if (optimizer_) {
-      device_->download(host + np, m, ns);
-      device_->download(host + np + ns, v, ns);
-      m = host + np;
-      v = host + np + ns;
-    }
-  }
+  const float* pbase = st.params;
   std::vector<SliceSource> out;
   for (int i = 0; i < params.count(); ++i) {
     const ParamInfo& p = params.info(i);
@@ -205,8 +226,11 @@ void Trainer::load_checkpoint(const std::string& dir) {
   const std::vector<SliceEntry> entries = read_checkpoint_index(dir);
   const bool params_sharded = dp_ && dp_->params_sharded();
   const bool state_sharded = dp_ && dp_->optimizer_sharded();
-  float* m = optimizer_ ? optimizer_->first_moment() : nullptr;
-  float* v = optimizer_ ? optimizer_->second_moment() : nullptr;
+  // On a GPU the slices are read into host copies, then uploaded (elements no slice covers keep
+  // their values: the copies start as the device's).
+  const HostState st = host_state();
+  float* m = st.m;
+  float* v = st.v;
   float* master = nullptr;  // the offloaded master weights (state layout)
   if (offload_) {
     const size_t n = static_cast<size_t>(offload_->state_size());
@@ -219,35 +243,12 @@ void Trainer::load_checkpoint(const std::string& dir) {
   const bool moments = std::any_of(entries.begin(), entries.end(), [](const SliceEntry& e) {
     return e.tensor.rfind("exp_avg.", 0) == 0;
   });
-  if (!moments && m && v && device_->is_host()) {  // on a GPU: below, on the host copies
-    const int64_t n = offload_ ? offload_->state_size() : optimizer_->state_size();
+  if (!moments && m && v) {
+    const int64_t n = offload_ ? offload_->state_size() : st.ns;
     std::fill(m, m + n, 0.0f);
     std::fill(v, v + n, 0.0f);
   }
-  float* pbase = params_sharded ? dp_->shard_params() : params.data();
-  // On a GPU the slices are read into host buffers first, then uploaded.
-  float* const device_params = pbase;
-  float* const device_m = m;
-  float* const device_v = v;
-  const int64_t np = params_sharded ? dp_->shard_size() : params.size();
-  const int64_t ns = optimizer_ ? optimizer_->state_size() : 0;
-  if (!device_->is_host()) {
-    device_snapshot_.resize(static_cast<size_t>(np + 2 * ns));
-    float* host = device_snapshot_.data();
-    device_->download(host, pbase, np);  // elements no slice covers keep their values
-    pbase = host;
-    if (optimizer_) {
-      m = host + np;
-      v = host + np + ns;
-      if (!moments) {
-        std::fill(m, m + ns, 0.0f);
-        std::fill(v, v + ns, 0.0f);
-      } else {
-        device_->download(m, device_m, ns);
-        device_->download(v, device_v, ns);
-      }
-    }
-  }
+  float* pbase = st.params;
   std::vector<SliceTarget> targets;
   for (int i = 0; i < params.count(); ++i) {
     const ParamInfo& p = params.info(i);
@@ -267,13 +268,7 @@ void Trainer::load_checkpoint(const std::string& dir) {
   }
   load_slices(dir, entries, targets);
   if (offload_) offload_->write_state(master, m, v);
-  if (!device_->is_host()) {
-    device_->upload(device_params, pbase, np);
-    if (optimizer_) {
-      device_->upload(device_m, m, ns);
-      device_->upload(device_v, v, ns);
-    }
-  }
+  upload_state(st);
 }
 
 void Trainer::resume() {
