@@ -54,8 +54,8 @@ else
   mkdir -p "$(dirname "$VENV")"
   avail_kb=$(df -Pk "$(dirname "$VENV")" | awk 'NR == 2 { print $4 }')
   if (( avail_kb < 12 * 1024 * 1024 )); then
-    echo "only $(( avail_kb / 1024 )) MiB free under $(dirname "$VENV"); the venv needs ~8 GiB" \
-         "(torch and the CUDA libraries it links: ~3 GiB of wheels, ~6 GiB unpacked) plus pip's cache" >&2
+    echo "only $(( avail_kb / 1024 )) MiB free under $(dirname "$VENV"); the venv needs ~5 GiB" \
+         "(torch and the CUDA libraries it links: ~2.7 GB of wheels, 4.4 GiB installed) plus pip's cache" >&2
     exit 1
   fi
   echo "-- venv $VENV from $BASE_PY ($("$BASE_PY" --version 2>&1))"

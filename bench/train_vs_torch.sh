@@ -265,7 +265,7 @@ gemm = {b: last_json(os.path.join(logdir, "gemm-%s.json" % b)) for b in ("debian
 build = lambda p: "debian" if p.startswith("debian") else "pypi"
 any_rec = next(iter(recs.values()))
 fpt = any_rec["flops_per_token"]
-tok_per_step = any_rec["tokens_per_s"] * any_rec["step_ms"] / 1e3
+tok_per_step = round(any_rec["tokens_per_s"] * any_rec["step_ms"] / 1e3)
 print()
 print("config %s (%s): N=%.2fM params (no position table), %.1f MFLOP/token, %d tokens/step" % (
     name, precision, any_rec["n_params_no_pos"] / 1e6, fpt / 1e6, tok_per_step))
