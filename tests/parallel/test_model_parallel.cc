@@ -1,10 +1,11 @@
 // Model parallelism is an implementation detail of the arithmetic: every layout (tp, pp, dp) of
 // the world, with sequence parallelism on and off, with 1 and 2 virtual stages where the layer
-// count allows, under GPipe, 1F1B and interleaved 1F1B, gives per-step losses, per-step gradient
-// norms (before clipping) and final parameters equal to one process training on the same global
-// batch (f32, relative <= 1e-5). Rank 0 also runs that single process, in-process. Run as 2, 4
-// and 8 ranks. Clipping and AdamW hide a uniform gradient scale from the losses and parameters,
-// hence the norms, and LayoutGradients compares the raw reduced gradients with clipping off.
+// count allows, under GPipe, 1F1B and interleaved 1F1B, gives per-step losses and final
+// parameters equal to one process training on the same global batch (f32, relative <= 1e-5), and
+// per-step gradient norms before clipping (norm_tolerance). Rank 0 also runs that single process,
+// in-process. Run as 2, 4 and 8 ranks. Clipping and AdamW hide a uniform gradient scale from the
+// losses and parameters, hence the norms, and LayoutGradients compares the raw reduced gradients
+// with clipping off.
 //
 // STRATA_LAYOUTS=ci runs a subset chosen to cover every axis value at least once per rank count
 // (see ci_subset); the default is the full matrix (scripts/layout_matrix.sh).
