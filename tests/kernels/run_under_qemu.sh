@@ -20,6 +20,7 @@ fi
 # TCG lacks a few of the model's features (xsavec, nrip-save, ...) and warns about each: not
 # kernel-relevant, so the warnings are dropped from the log.
 qemu=(qemu-x86_64-static -cpu EPYC-Rome)
+export OMP_WAIT_POLICY=passive  # emulated spinning at barriers costs more than sleeping
 levels=$("${qemu[@]}" "$levels_bin" 2>/dev/null)
 echo "levels on the emulated EPYC-Rome: $levels"
 if [ "$levels" != avx2 ]; then
