@@ -12,6 +12,7 @@
 
 #include "kernel_test_util.h"
 #include "kernels/cpu/flash_attention.h"
+#include "kernels/cpu/isa.h"
 
 namespace strata::kernels {
 namespace {
@@ -211,6 +212,45 @@ TEST(FlashAttentionBf16, ComparisonRejectsWrongResults) {
   Vec scaled = in.dout;
   for (float& x : scaled) x *= 1.025f;
   EXPECT_FALSE(compare(s, run_bf16(s, in.qkv16, scaled), ref, in.max_v));
+}
+
+Result run_portable(const Shape& s, const U16& qkv16, const Vec& dout) {
+  Result r;
+  r.out.assign(size_t(s.b * s.t * s.nh * s.hd), NAN);
+  r.lse.assign(size_t(s.b * s.nh * s.t), NAN);
+  r.dqkv.assign(qkv16.size(), NAN);
+  portable_flash_attention_forward_bf16(r.out.data(), r.lse.data(), qkv16.data(), s.b, s.t, s.nh,
+                                        s.nkv, s.hd);
+  Vec scratch(
+      size_t(portable_flash_attention_backward_bf16_scratch(s.b, s.t, s.nh, s.nkv, s.hd)), NAN);
+  portable_flash_attention_backward_bf16(r.dqkv.data(), scratch.data(), dout.data(), qkv16.data(),
+                                         r.out.data(), r.lse.data(), s.b, s.t, s.nh, s.nkv, s.hd);
+  return r;
+}
+
+// At the avx512bf16 level the dispatch runs the hand-tiled vdpbf16ps kernel; its reference is the
+// portable bf16 kernel, which rounds the same operands to bf16 at the same points: the two may
+// differ only by the rounding of f32 sums (vdpbf16ps adds pairs of products), far below the bf16
+// rounding the test above allows for. At other levels the two are the same code.
+TEST(FlashAttentionBf16, LevelKernelMatchesThePortableKernel) {
+  std::printf("kernel level: %s\n", isa::describe(isa::active()).c_str());
+  double worst_out = 0, worst_grad = 0;
+  for (const Shape& s : {Shape{2, 130, 4, 2, 64}, Shape{1, 65, 3, 3, 15}, Shape{1, 300, 4, 1, 80},
+                         Shape{1, 7, 2, 2, 128}}) {
+    SCOPED_TRACE(name(s));
+    const Inputs in = make_inputs(s, 11);
+    const Result got = run_bf16(s, in.qkv16, in.dout);
+    const Result ref = run_portable(s, in.qkv16, in.dout);
+    const Errors eo = errors(got.out, ref.out), el = errors(got.lse, ref.lse);
+    const Errors eg = errors(got.dqkv, ref.dqkv);
+    worst_out = std::max(worst_out, eo.max_err / eo.max_ref);
+    worst_grad = std::max(worst_grad, eg.max_err / eg.max_ref);
+    EXPECT_LT(eo.max_err, 1e-4 * eo.max_ref);
+    EXPECT_LT(el.max_err, 1e-4 * el.max_ref);
+    EXPECT_LT(eg.max_err, 1e-4 * eg.max_ref);
+    EXPECT_LT(eg.mean_err, 1e-4 * eg.mean_ref);
+  }
+  std::printf("vs portable: out max err / max|ref| %.3g, grads %.3g\n", worst_out, worst_grad);
 }
 
 TEST(FlashAttentionBf16, DeterministicAcrossThreadCounts) {

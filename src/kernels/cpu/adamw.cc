@@ -1,28 +1,33 @@
 // AdamW (PyTorch's torch.optim.AdamW semantics, decoupled weight decay) and the sum of squares
 // used for the global gradient norm. Both are single streaming passes.
+// Compiled once per kernel level (Highway's foreach_target.h); kernels.h's functions dispatch.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/cpu/adamw.cc"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+
 #include <algorithm>
 #include <cmath>
+#include <hwy/highway.h>
 
-#include "kernels/cpu/kernels.h"
-#include "kernels/cpu/vec.h"
+#include "kernels/cpu/vec-inl.h"
 
-namespace strata::kernels {
+HWY_BEFORE_NAMESPACE();
+namespace strata::kernels::HWY_NAMESPACE {
 
-void adamw_update(float* p, const float* g, float* m, float* v, int64_t count, float lr,
-                  float beta1, float beta2, float eps, float weight_decay, float grad_scale,
-                  int64_t step, uint16_t* p_bf16) {
-  // Per-step scalars in double, once: bias corrections 1 - beta^step underflow nothing in double.
-  const double bc1 = 1.0 - std::pow(double(beta1), double(step));
-  const double bc2 = 1.0 - std::pow(double(beta2), double(step));
-  const float step_size = float(double(lr) / bc1);
-  const float inv_sqrt_bc2 = float(1.0 / std::sqrt(bc2));
-  const float decay = 1.0f - lr * weight_decay;
+// One AdamW step over [0, count) with the per-step scalars already computed; see kernels.h.
+void AdamwUpdate(float* p, const float* g, float* m, float* v, int64_t count, float beta1,
+                 float beta2, float eps, float decay, float grad_scale, float step_size,
+                 float inv_sqrt_bc2, uint16_t* p_bf16) {
   const float one_minus_b1 = 1.0f - beta1, one_minus_b2 = 1.0f - beta2;
   // Blocks small enough that the bf16 rounding reads the updated values back from L1.
   constexpr int64_t kBlock = 2048;
+  const DF d;
+  const int64_t N = int64_t(hn::Lanes(d));
 #pragma omp parallel for schedule(static)
   for (int64_t b0 = 0; b0 < count; b0 += kBlock) {
     const int64_t end = std::min(count, b0 + kBlock);
+    // Scalar code the compiler vectorises (the same operations, in the same order, as PyTorch's
+    // reference formula), at this level's width.
 #pragma omp simd
     for (int64_t i = b0; i < end; ++i) {
       const float gi = g[i] * grad_scale;
@@ -33,12 +38,36 @@ void adamw_update(float* p, const float* g, float* m, float* v, int64_t count, f
       p[i] = p[i] * decay - step_size * mi / (std::sqrt(vi) * inv_sqrt_bc2 + eps);
     }
     if (p_bf16) {
-      for (int64_t i = b0; i < end; i += 16) {
-        const __mmask16 mask = vec::tail_mask(i, end);
-        _mm256_mask_storeu_epi16(p_bf16 + i, mask, vec::to_bf16(vec::load(p + i, mask)));
+      for (int64_t i = b0; i < end; i += N) {
+        const size_t left = size_t(end - i);
+        StoreBf16(d, LoadN(d, p + i, left), p_bf16 + i, left);
       }
     }
   }
+}
+
+}  // namespace strata::kernels::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include "kernels/cpu/dispatch.h"
+#include "kernels/cpu/kernels.h"
+
+namespace strata::kernels {
+
+HWY_EXPORT(AdamwUpdate);
+
+void adamw_update(float* p, const float* g, float* m, float* v, int64_t count, float lr,
+                  float beta1, float beta2, float eps, float weight_decay, float grad_scale,
+                  int64_t step, uint16_t* p_bf16) {
+  // Per-step scalars in double, once: bias corrections 1 - beta^step underflow nothing in double.
+  const double bc1 = 1.0 - std::pow(double(beta1), double(step));
+  const double bc2 = 1.0 - std::pow(double(beta2), double(step));
+  const float step_size = float(double(lr) / bc1);
+  const float inv_sqrt_bc2 = float(1.0 / std::sqrt(bc2));
+  const float decay = 1.0f - lr * weight_decay;
+  STRATA_DISPATCH(AdamwUpdate)(p, g, m, v, count, beta1, beta2, eps, decay, grad_scale, step_size,
+                               inv_sqrt_bc2, p_bf16);
 }
 
 double sum_squares(const float* x, int64_t count) {
@@ -61,3 +90,4 @@ double sum_squares(const float* x, int64_t count) {
 }
 
 }  // namespace strata::kernels
+#endif  // HWY_ONCE

@@ -8,23 +8,26 @@
 // The six products (S = Q K^T, O = P V; dP = dO V^T, dQ = dS K, dV = P^T dO, dK = dS^T Q) are
 // small (head_dim 64, a causal triangle of keys) and strided (rows of qkv), which is where
 // library GEMMs lose most: they repack both operands on every call. Here one register-tiled
-// micro-kernel (6 rows x up to 64 columns, 24 accumulators) computes all six directly on the
+// micro-kernel (6 rows x up to 64 columns on AVX-512, 16 on AVX2; micro_tile-inl.h) computes all six directly on the
 // strided rows. Only Q K^T and dO V^T need the keys along the vector lanes; for those, 64-key
 // panels of K^T / V^T are transposed into a small buffer, once per head, and all query rows are
 // run against each panel. Every tile is trimmed to the causal triangle at 6-row granularity.
+// Compiled once per kernel level (Highway's foreach_target.h); kernels.h's functions dispatch.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/cpu/attention.cc"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+
 #include <omp.h>
 
 #include <algorithm>
-#include <array>
 #include <cmath>
-#include <utility>
+#include <hwy/highway.h>
 
 #include "core/error.h"
-#include "kernels/cpu/kernels.h"
-#include "kernels/cpu/micro_tile.h"
-#include "kernels/cpu/vec.h"
+#include "kernels/cpu/micro_tile-inl.h"
 
-namespace strata::kernels {
+HWY_BEFORE_NAMESPACE();
+namespace strata::kernels::HWY_NAMESPACE {
 
 namespace {
 
@@ -53,20 +56,25 @@ void causal_scores(float* s, int64_t lds, const float* a, int64_t lda, const flo
 
 // In place: p[0..len) = softmax(p[0..len)), p[len..end) = 0.
 void softmax_row(float* p, int64_t len, int64_t end) {
-  __m512 mx = _mm512_set1_ps(-INFINITY);
-  for (int64_t j = 0; j < len; j += 16) {
-    const __mmask16 m = vec::tail_mask(j, len);
-    mx = _mm512_mask_max_ps(mx, m, mx, vec::load(p + j, m));
+  const DF d;
+  const int64_t N = int64_t(hn::Lanes(d));
+  VF mx = hn::Set(d, -INFINITY);
+  for (int64_t j = 0; j < len; j += N) {
+    const size_t left = size_t(len - j);
+    const VF x = LoadN(d, p + j, left);
+    mx = left < size_t(N) ? hn::IfThenElse(hn::FirstN(d, left), hn::Max(mx, x), mx)
+                          : hn::Max(mx, x);
   }
-  const __m512 maxv = _mm512_set1_ps(vec::reduce_max(mx));
-  __m512 sum = _mm512_setzero_ps();
-  for (int64_t j = 0; j < len; j += 16) {
-    const __mmask16 m = vec::tail_mask(j, len);
-    const __m512 e = _mm512_maskz_mov_ps(m, vec::exp(_mm512_sub_ps(vec::load(p + j, m), maxv)));
-    sum = _mm512_add_ps(sum, e);
-    vec::store(p + j, e, m);
+  const VF maxv = hn::Set(d, ReduceMax(d, mx));
+  VF sum = hn::Zero(d);
+  for (int64_t j = 0; j < len; j += N) {
+    const size_t left = size_t(len - j);
+    VF e = Exp(d, hn::Sub(LoadN(d, p + j, left), maxv));
+    if (left < size_t(N)) e = hn::IfThenElseZero(hn::FirstN(d, left), e);
+    sum = hn::Add(sum, e);
+    StoreN(e, d, p + j, left);
   }
-  const float inv = 1.0f / vec::reduce_add(sum);
+  const float inv = 1.0f / ReduceSum(d, sum);
 #pragma omp simd
   for (int64_t j = 0; j < len; ++j) p[j] *= inv;
   std::fill(p + len, p + end, 0.0f);
@@ -81,7 +89,7 @@ void check_shapes(int64_t nh, int64_t nkv, int64_t hd) {
 
 }  // namespace
 
-void attention_forward(float* out, float* probs, const float* qkv, int64_t b, int64_t t, int64_t nh,
+void AttentionForward(float* out, float* probs, const float* qkv, int64_t b, int64_t t, int64_t nh,
                        int64_t nkv, int64_t hd) {
   check_shapes(nh, nkv, hd);
   const int64_t row = (nh + 2 * nkv) * hd, ldo = nh * hd, group = nh / nkv;
@@ -94,7 +102,7 @@ void attention_forward(float* out, float* probs, const float* qkv, int64_t b, in
     const float* v = qkv + bi * t * row + (nh + nkv + kvh) * hd;
     float* p = probs + task * t * t;
     float* o = out + bi * t * ldo + h * hd;
-    alignas(64) float panel[kBlock * kMaxHeadDim];
+    HWY_ALIGN float panel[kBlock * kMaxHeadDim];
     // All scores first, key panel by key panel: each K^T panel is packed once per head.
     causal_scores(p, t, q, row, k, row, 0, t, hd, scale, panel);
     for (int64_t r0 = 0; r0 < t; r0 += kBlock) {
@@ -109,39 +117,7 @@ void attention_forward(float* out, float* probs, const float* qkv, int64_t b, in
   }
 }
 
-int64_t attention_backward_scratch(int64_t /*b*/, int64_t t, int64_t /*nh*/, int64_t /*nkv*/,
-                                   int64_t hd, int threads) {
-  // Per thread: the t x t score gradients of one head and two kBlock x hd panels.
-  return int64_t(threads > 0 ? threads : omp_get_max_threads()) * (t * t + 2 * kBlock * hd);
-}
-
-namespace {
-
-// y[j0 + j, d] (+)= panel[d * kBlock + j] for j < width, d < hd (y rows of stride ld): the
-// transposed panel written back as rows.
-void unpack_transposed(float* __restrict y, int64_t ld, int64_t j0, int64_t width, int64_t hd,
-                       const float* __restrict panel, bool accumulate) {
-  for (int64_t jb = 0; jb < width; jb += 16) {
-    for (int64_t db = 0; db < hd; db += 16) {
-      const __mmask16 cols = vec::tail_mask(db, hd);
-      __m512 r[16];
-      for (int64_t d = 0; d < 16; ++d) {
-        r[d] = db + d < hd ? _mm512_loadu_ps(panel + (db + d) * kBlock + jb) : _mm512_setzero_ps();
-      }
-      transpose16(r);
-      for (int64_t j = 0; j < std::min<int64_t>(16, width - jb); ++j) {
-        float* dst = y + (j0 + jb + j) * ld + db;
-        const __m512 val =
-            accumulate ? _mm512_add_ps(r[j], _mm512_maskz_loadu_ps(cols, dst)) : r[j];
-        _mm512_mask_storeu_ps(dst, cols, val);
-      }
-    }
-  }
-}
-
-}  // namespace
-
-void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
+void AttentionBackward(float* dqkv, float* scratch, const float* dout, const float* qkv,
                         const float* probs, int64_t b, int64_t t, int64_t nh, int64_t nkv,
                         int64_t hd) {
   check_shapes(nh, nkv, hd);
@@ -203,11 +179,45 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
             tile(m, width, t - c0, a + c0 * lda + d0, 1, lda, bm + c0 * t + c0, t,
                  grad_t + d0 * kBlock, kBlock, 1.0f, false);
           }
-          unpack_transposed(pass == 0 ? dv : dk, row, c0, width, hd, grad_t, accumulate);
+          unpack_transposed(pass == 0 ? dv : dk, row, c0, width, hd, grad_t, kBlock, accumulate);
         }
       }
     }
   }
 }
 
+}  // namespace strata::kernels::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include "kernels/cpu/dispatch.h"
+#include "kernels/cpu/kernels.h"
+
+namespace strata::kernels {
+
+namespace {
+constexpr int64_t kBlock = 64;  // the key-panel width (as in the per-level code)
+}  // namespace
+
+HWY_EXPORT(AttentionForward);
+HWY_EXPORT(AttentionBackward);
+
+void attention_forward(float* out, float* probs, const float* qkv, int64_t b, int64_t t, int64_t nh,
+                       int64_t nkv, int64_t hd) {
+  STRATA_DISPATCH(AttentionForward)(out, probs, qkv, b, t, nh, nkv, hd);
+}
+
+int64_t attention_backward_scratch(int64_t /*b*/, int64_t t, int64_t /*nh*/, int64_t /*nkv*/,
+                                   int64_t hd, int threads) {
+  // Per thread: the t x t score gradients of one head and two kBlock x hd panels.
+  return int64_t(threads > 0 ? threads : omp_get_max_threads()) * (t * t + 2 * kBlock * hd);
+}
+
+void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                        const float* probs, int64_t b, int64_t t, int64_t nh, int64_t nkv,
+                        int64_t hd) {
+  STRATA_DISPATCH(AttentionBackward)(dqkv, scratch, dout, qkv, probs, b, t, nh, nkv, hd);
+}
+
 }  // namespace strata::kernels
+#endif  // HWY_ONCE

@@ -2,50 +2,118 @@
 // is 200 KB and stays in L2 across the passes: (1) max, (2) exp(x - max) and its sum (written
 // back in place when the gradient is wanted, so pass 3 needs no second exp), (3) gradient
 // (softmax - onehot) * grad_scale. The sum of exps is accumulated in double: it adds up to 50k
-// positive terms, and the loss is its log (see row_sum_exp).
+// positive terms, and the loss is its log (see RowSumExp).
+// Compiled once per kernel level (Highway's foreach_target.h); kernels.h's functions dispatch.
+// Across levels the row sums differ by rounding only (their lanes are added in another order).
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/cpu/cross_entropy.cc"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+
 #include <algorithm>
 #include <cmath>
+#include <hwy/highway.h>
 
-#include "core/error.h"
-#include "kernels/cpu/kernels.h"
-#include "kernels/cpu/vec.h"
+#include "kernels/cpu/vec-inl.h"
 
-namespace strata::kernels {
-
+HWY_BEFORE_NAMESPACE();
+namespace strata::kernels::HWY_NAMESPACE {
 namespace {
 
-float row_max(const float* x, int64_t v) {
-  __m512 mx = _mm512_set1_ps(-INFINITY);
-  for (int64_t j = 0; j < v; j += 16) {
-    const __mmask16 m = vec::tail_mask(j, v);
-    mx = _mm512_mask_max_ps(mx, m, mx, vec::load(x + j, m));
+float RowMax(const float* x, int64_t v) {
+  const DF d;
+  const int64_t N = int64_t(hn::Lanes(d));
+  VF mx = hn::Set(d, -INFINITY);
+  int64_t j = 0;
+  for (; j + N <= v; j += N) mx = hn::Max(mx, hn::LoadU(d, x + j));
+  if (j < v) {
+    const auto m = hn::FirstN(d, size_t(v - j));
+    mx = hn::IfThenElse(m, hn::Max(mx, LoadN(d, x + j, size_t(v - j))), mx);
   }
-  return vec::reduce_max(mx);
+  return ReduceMax(d, mx);
 }
 
 // Sum of exp(x - maxv) in double; if out is not null, exp(x - maxv) is stored there.
-// Lanes accumulate 16 terms (each <= 1) in float, then move to double: the conversions cost
-// 1/16 of what converting every step would, and the float partial sums lose nothing visible.
-double row_sum_exp(const float* x, float* out, int64_t v, float maxv) {
-  const __m512 mv = _mm512_set1_ps(maxv);
-  __m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd();
+// Lanes accumulate 256 / Lanes terms (each <= 1) in float, then move to double: the conversions
+// cost a fraction of what converting every step would, and the float partial sums lose nothing
+// visible.
+double RowSumExp(const float* x, float* out, int64_t v, float maxv) {
+  const DF d;
+  const hn::Rebind<double, hn::Half<DF>> dd;  // half the lanes, as doubles
+  const int64_t N = int64_t(hn::Lanes(d));
+  const VF mv = hn::Set(d, maxv);
+  auto s0 = hn::Zero(dd), s1 = hn::Zero(dd);
   for (int64_t j0 = 0; j0 < v; j0 += 256) {
     const int64_t end = std::min(v, j0 + 256);
-    __m512 acc = _mm512_setzero_ps();
-    for (int64_t j = j0; j < end; j += 16) {
-      const __mmask16 m = vec::tail_mask(j, end);
-      const __m512 e = _mm512_maskz_mov_ps(m, vec::exp(_mm512_sub_ps(vec::load(x + j, m), mv)));
-      if (out) vec::store(out + j, e, m);
-      acc = _mm512_add_ps(acc, e);
+    VF acc = hn::Zero(d);
+    for (int64_t j = j0; j < end; j += N) {
+      const size_t left = size_t(end - j);
+      VF e = Exp(d, hn::Sub(LoadN(d, x + j, left), mv));
+      if (left < size_t(N)) e = hn::IfThenElseZero(hn::FirstN(d, left), e);
+      if (out) StoreN(e, d, out + j, left);
+      acc = hn::Add(acc, e);
     }
-    s0 = _mm512_add_pd(s0, _mm512_cvtps_pd(_mm512_castps512_ps256(acc)));
-    s1 = _mm512_add_pd(s1, _mm512_cvtps_pd(_mm512_extractf32x8_ps(acc, 1)));
+    s0 = hn::Add(s0, hn::PromoteTo(dd, hn::LowerHalf(hn::Half<DF>(), acc)));
+    s1 = hn::Add(s1, hn::PromoteTo(dd, hn::UpperHalf(hn::Half<DF>(), acc)));
   }
-  // _mm512_reduce_add_pd's order, spelled out (GCC 12 warns falsely inside the intrinsic).
-  alignas(64) double t[8];
-  _mm512_store_pd(t, _mm512_add_pd(s0, s1));
-  return ((t[0] + t[4]) + (t[2] + t[6])) + ((t[1] + t[5]) + (t[3] + t[7]));
+  return hn::GetLane(hn::SumOfLanes(dd, hn::Add(s0, s1)));
 }
+
+}  // namespace
+
+// Loss (and exp(x - max) kept in place when `keep`) of one row: returns the row's sum of exps
+// and sets *maxv.
+double CeRowStats(float* x, int64_t v, bool keep, float* maxv) {
+  *maxv = RowMax(x, v);
+  return RowSumExp(x, keep ? x : nullptr, v, *maxv);
+}
+
+// One row of cross_entropy_forward_backward_bf16 (see below): the gradient written as bf16 over
+// the row's own storage, element j at byte 2j, behind its f32 at byte 4j: each vector is loaded
+// before its (lower) store, and never overwrites a vector not yet loaded.
+void CeRowBf16(float* losses, float* logits, const int32_t* targets, int64_t i, int64_t v,
+               float grad_scale) {
+  float* x = logits + i * v;
+  uint16_t* g = reinterpret_cast<uint16_t*>(logits) + i * v;
+  const int32_t target = targets[i];
+  if (target < 0) {
+    losses[i] = 0.0f;
+    std::fill(g, g + v, uint16_t{0});
+    return;
+  }
+  const float maxv = RowMax(x, v);
+  const float x_target = x[target];
+  const double sum = RowSumExp(x, x, v, maxv);  // exp(x - max) kept in place
+  losses[i] = float(std::log(sum) + double(maxv) - double(x_target));
+  const DF d;
+  const hn::RebindToSigned<DF> di;
+  const int64_t N = int64_t(hn::Lanes(d));
+  const VF kv = hn::Set(d, float(double(grad_scale) / sum));
+  const VF gs = hn::Set(d, grad_scale);
+  for (int64_t j = 0; j < v; j += N) {
+    const size_t left = size_t(v - j);
+    VF dv = hn::Mul(LoadN(d, x + j, left), kv);
+    if (target >= j && target < j + N) {
+      const auto at = hn::Eq(hn::Iota(di, int32_t(j)), hn::Set(di, target));
+      dv = hn::IfThenElse(hn::RebindMask(d, at), hn::Sub(dv, gs), dv);
+    }
+    StoreBf16(d, dv, g + j, left);
+  }
+}
+
+}  // namespace strata::kernels::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include "core/error.h"
+#include "kernels/cpu/dispatch.h"
+#include "kernels/cpu/kernels.h"
+
+namespace strata::kernels {
+
+HWY_EXPORT(CeRowStats);
+HWY_EXPORT(CeRowBf16);
+
+namespace {
 
 void check_targets(const int32_t* targets, int64_t n, int64_t v) {
   int64_t bad = -1;
@@ -70,15 +138,16 @@ double total_loss(const float* losses, const int32_t* targets, int64_t n) {
 double cross_entropy_forward(float* losses, const float* logits, const int32_t* targets, int64_t n,
                              int64_t v) {
   check_targets(targets, n, v);
+  auto* row_stats = &STRATA_DISPATCH(CeRowStats);
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     if (targets[i] < 0) {
       losses[i] = 0.0f;
       continue;
     }
-    const float* x = logits + i * v;
-    const float maxv = row_max(x, v);
-    const double sum = row_sum_exp(x, nullptr, v, maxv);
+    float* x = const_cast<float*>(logits) + i * v;  // read only: keep = false
+    float maxv = 0.0f;
+    const double sum = row_stats(x, v, false, &maxv);
     losses[i] = float(std::log(sum) + double(maxv) - double(x[targets[i]]));
   }
   return total_loss(losses, targets, n);
@@ -87,6 +156,7 @@ double cross_entropy_forward(float* losses, const float* logits, const int32_t* 
 double cross_entropy_forward_backward(float* losses, float* logits, const int32_t* targets,
                                       int64_t n, int64_t v, float grad_scale) {
   check_targets(targets, n, v);
+  auto* row_stats = &STRATA_DISPATCH(CeRowStats);
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     float* x = logits + i * v;
@@ -96,9 +166,9 @@ double cross_entropy_forward_backward(float* losses, float* logits, const int32_
       std::fill(x, x + v, 0.0f);
       continue;
     }
-    const float maxv = row_max(x, v);
     const float x_target = x[target];  // read before pass 2 overwrites the row
-    const double sum = row_sum_exp(x, x, v, maxv);
+    float maxv = 0.0f;
+    const double sum = row_stats(x, v, true, &maxv);
     losses[i] = float(std::log(sum) + double(maxv) - double(x_target));
     const float k = float(double(grad_scale) / sum);
 #pragma omp simd
@@ -115,45 +185,18 @@ double cross_entropy_forward_backward(float* losses, float* logits, const int32_
 // all rows < r0 and r1 <= 2 r0. So rows go in blocks of doubling size: {0}, {1}, {2, 3},
 // {4..7}, ..., each block in parallel. The f32 gradient and its separate rounding pass (read f32,
 // write bf16: twice for a tied head) disappear.
-namespace {
-// One row of cross_entropy_forward_backward_bf16.
-void ce_row_bf16(float* losses, float* logits, const int32_t* targets, int64_t i, int64_t v,
-                 float grad_scale) {
-  float* x = logits + i * v;
-  uint16_t* g = reinterpret_cast<uint16_t*>(logits) + i * v;
-  const int32_t target = targets[i];
-  if (target < 0) {
-    losses[i] = 0.0f;
-    std::fill(g, g + v, uint16_t{0});
-    return;
-  }
-  const float maxv = row_max(x, v);
-  const float x_target = x[target];
-  const double sum = row_sum_exp(x, x, v, maxv);  // exp(x - max) kept in place
-  losses[i] = float(std::log(sum) + double(maxv) - double(x_target));
-  const __m512 kv = _mm512_set1_ps(float(double(grad_scale) / sum));
-  // Element j's bf16 goes to byte 2j, behind its f32 at byte 4j: each chunk is loaded before
-  // its (lower) store, and never overwrites a chunk not yet loaded.
-  for (int64_t j = 0; j < v; j += 16) {
-    const __mmask16 m = vec::tail_mask(j, v);
-    __m512 d = _mm512_mul_ps(vec::load(x + j, m), kv);
-    if (target >= j && target < j + 16)
-      d = _mm512_mask_sub_ps(d, __mmask16(1u << (target - j)), d, _mm512_set1_ps(grad_scale));
-    _mm256_mask_storeu_epi16(g + j, m, vec::to_bf16(d));
-  }
-}
-}  // namespace
-
 double cross_entropy_forward_backward_bf16(float* losses, float* logits, const int32_t* targets,
                                            int64_t n, int64_t v, float grad_scale) {
   check_targets(targets, n, v);
+  auto* row_bf16 = &STRATA_DISPATCH(CeRowBf16);
   for (int64_t r0 = 0; r0 < n;) {
     const int64_t r1 = std::min(n, r0 == 0 ? int64_t{1} : 2 * r0);
 #pragma omp parallel for schedule(static)
-    for (int64_t i = r0; i < r1; ++i) ce_row_bf16(losses, logits, targets, i, v, grad_scale);
+    for (int64_t i = r0; i < r1; ++i) row_bf16(losses, logits, targets, i, v, grad_scale);
     r0 = r1;
   }
   return total_loss(losses, targets, n);
 }
 
 }  // namespace strata::kernels
+#endif  // HWY_ONCE

@@ -26,7 +26,8 @@ void flash_attention_backward(float* dqkv, float* scratch, const float* dout, co
                               const float* out, const float* lse, int64_t b, int64_t t, int64_t nh,
                               int64_t nkv, int64_t hd);
 
-// bf16 variants (flash_attention_bf16.cc): q, k, v as bf16 bit patterns (uint16_t) in the same
+// bf16 variants (flash_attention.cc's portable kernel; flash_attention_avx512bf16.cc's at the
+// avx512bf16 level): q, k, v as bf16 bit patterns (uint16_t) in the same
 // [b*t, (nh + 2*nkv)*hd] layout; block products on bf16 operands with f32 accumulation, P, dS and
 // dO rounded to bf16 (round to nearest even) for the products as in FlashAttention-2; softmax
 // bookkeeping, out, lse and dqkv in f32. Same tasks and the same determinism as the f32 kernel.
@@ -37,5 +38,17 @@ int64_t flash_attention_backward_bf16_scratch(int64_t b, int64_t t, int64_t nh, 
 void flash_attention_backward_bf16(float* dqkv, float* scratch, const float* dout,
                                    const uint16_t* qkv16, const float* out, const float* lse,
                                    int64_t b, int64_t t, int64_t nh, int64_t nkv, int64_t hd);
+
+// The portable bf16 kernel whatever the level: the fallback of the hand-tiled avx512bf16 kernel
+// and its reference in the tests (the functions above choose between them).
+void portable_flash_attention_forward_bf16(float* out, float* lse, const uint16_t* qkv16,
+                                           int64_t b, int64_t t, int64_t nh, int64_t nkv,
+                                           int64_t hd);
+int64_t portable_flash_attention_backward_bf16_scratch(int64_t b, int64_t t, int64_t nh,
+                                                       int64_t nkv, int64_t hd, int threads = 0);
+void portable_flash_attention_backward_bf16(float* dqkv, float* scratch, const float* dout,
+                                            const uint16_t* qkv16, const float* out,
+                                            const float* lse, int64_t b, int64_t t, int64_t nh,
+                                            int64_t nkv, int64_t hd);
 
 }  // namespace strata::kernels

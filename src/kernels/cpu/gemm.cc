@@ -7,9 +7,11 @@
 #include <list>
 #include <mutex>
 #include <unordered_map>
+#include <vector>
 
 #include "core/error.h"
 #include "kernels/cpu/gemm_backends.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/cpu/kernels.h"
 
 namespace strata::kernels {
@@ -27,6 +29,7 @@ bool use_matmul_primitive(bool trans_a, bool trans_b, int64_t n, int64_t k) {
 
 void check_args(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, int64_t lda,
                 int64_t ldb, int64_t ldc) {
+  (void)isa::active();  // the level chosen, and oneDNN capped to it, before its first JIT
   STRATA_CHECK(m >= 0 && n >= 0 && k >= 0, "gemm: negative size m=", m, " n=", n, " k=", k);
   // Row-major: the leading dimension of a stored matrix is at least its number of columns.
   STRATA_CHECK(lda >= (trans_a ? m : k) && lda >= 1, "gemm: lda=", lda, " too small");
@@ -194,6 +197,20 @@ int64_t split_chunk(int64_t d) {
   return ((d + pieces - 1) / pieces + 63) / 64 * 64;
 }
 
+// Below the avx512bf16 level oneDNN's bf16 matmul is a reference loop (or, capped at AVX2, not
+// there at all): the operands are widened to f32 (exactly) and the f32 GEMM runs. Linear layers
+// widen into their arena scratch instead (lowp.cc); this path serves the other callers.
+void gemm_bf16_widened(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                       const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta,
+                       float* c, int64_t ldc) {
+  const int64_t a_elems = ((trans_a ? k : m) - 1) * lda + (trans_a ? m : k);
+  const int64_t b_elems = ((trans_b ? n : k) - 1) * ldb + (trans_b ? k : n);
+  std::vector<float> a32(static_cast<size_t>(a_elems)), b32(static_cast<size_t>(b_elems));
+  from_lowp(DType::bf16, a32.data(), a, a_elems);
+  from_lowp(DType::bf16, b32.data(), b, b_elems);
+  gemm(trans_a, trans_b, m, n, k, alpha, a32.data(), lda, b32.data(), ldb, beta, c, ldc);
+}
+
 }  // namespace
 
 void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
@@ -202,6 +219,8 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, floa
   check_args(trans_a, trans_b, m, n, k, lda, ldb, ldc);
   if (m == 0 || n == 0) return;
   if (k == 0) return scale_c(m, n, beta, c, ldc);
+  if (!isa::native_bf16())
+    return gemm_bf16_widened(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   // The longest dimension first; each chunk's call may split another long one.
   if (m > kSplitAbove && m >= n && m >= k) {  // rows of A and C
     const int64_t step = split_chunk(m);

@@ -30,14 +30,17 @@ std::string gemm_backend();
 void to_lowp(DType t, uint16_t* out, const float* in, int64_t count);
 void from_lowp(DType t, float* out, const uint16_t* in, int64_t count);
 // C[M,N] = alpha * op(A) * op(B) + beta * C with A and B in bf16 and C (and the accumulation)
-// in f32: oneDNN's bf16 matmul (avx512_core_bf16: about twice the f32 rate on this CPU).
+// in f32: oneDNN's bf16 matmul (avx512_core_bf16: about twice the f32 rate on a Zen 4). Only for
+// the avx512bf16 level (isa.h): elsewhere oneDNN runs it as a reference loop, and linear layers
+// widen instead (lowp_widens).
 void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c,
                int64_t ldc);
-// Linear layers on low-precision inputs: y[n,out] (f32) = x * w^T + bias. bf16 runs gemm_bf16;
-// f16 has no GEMM on this CPU, so its operands are widened into f32_scratch (lowp_f32_scratch
-// elements; null for bf16) and the f32 GEMM runs: f16 numerics (values rounded to f16, overflow
-// to inf) at f32 speed.
+// Linear layers on low-precision inputs: y[n,out] (f32) = x * w^T + bias. bf16 runs gemm_bf16
+// where the CPU multiplies bf16 (isa::native_bf16); otherwise, and for f16 always, the operands
+// are widened into f32_scratch (lowp_f32_scratch elements; may be null when lowp_widens(t) is
+// false) and the f32 GEMM runs: the 16-bit numerics (values rounded to bf16/f16, f16 overflow to
+// inf) at f32 speed.
 void linear_forward_lowp(DType t, float* y, const uint16_t* x, const uint16_t* w, const float* bias,
                          int64_t n, int64_t in, int64_t out, float* f32_scratch);
 // dx[n,in] (f32, overwritten, may be null) = dy * w; dw[out,in] (f32, may be null) += dy^T * x;
@@ -46,7 +49,10 @@ void linear_forward_lowp(DType t, float* y, const uint16_t* x, const uint16_t* w
 void linear_backward_lowp(DType t, float* dx, float* dw, float* dbias, const float* dy,
                           uint16_t* dy_lowp, int64_t capacity, const uint16_t* x, const uint16_t* w,
                           int64_t n, int64_t in, int64_t out, float* f32_scratch);
-// f32 scratch the f16 path of the two functions above needs for shapes up to (n, in, out) with
+// Whether linear layers on t widen their operands to f32 at the active kernel level (and so need
+// f32_scratch): f16 always, bf16 below avx512bf16.
+bool lowp_widens(DType t);
+// f32 scratch the widening path of the two functions above needs for shapes up to (n, in, out) with
 // a dy_lowp of `capacity` elements.
 int64_t lowp_f32_scratch(int64_t n, int64_t in, int64_t out, int64_t capacity);
 

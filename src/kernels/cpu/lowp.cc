@@ -2,53 +2,96 @@
 // with core/dtype.h, done with integer arithmetic so that denormals and NaN behave exactly like
 // the scalar reference) and linear layers whose inputs are bf16 or f16.
 //
-// bf16: GEMMs run on oneDNN's bf16 matmul (gemm.cc). f16: this CPU (Zen 4) has no f16 GEMM, so
-// the f16 operands are widened into f32 scratch and the f32 GEMM runs; the numerics are f16's
-// (every operand is an f16 value, overflow is inf), which is what fp16 training with loss scaling
-// needs to be tested on a CPU; the speed is f32's.
-#include <algorithm>
+// bf16: GEMMs run on oneDNN's bf16 matmul (gemm.cc) where the CPU has bf16 dot products (the
+// avx512bf16 level). Below it, and for f16 on every CPU (none has an f16 GEMM that oneDNN 2.7
+// runs), the 16-bit operands are widened into f32 scratch and the f32 GEMM runs: the numerics are
+// the 16-bit format's (every operand is a bf16 or f16 value, f16 overflow is inf), the speed is
+// f32's. oneDNN's bf16 matmul without the hardware is a reference loop (a few GFLOP/s), which is
+// what no CPU should run silently.
+// The conversions are compiled once per kernel level (Highway's foreach_target.h).
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/cpu/lowp.cc"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
 
+#include <algorithm>
+#include <hwy/highway.h>
+
+#include "kernels/cpu/vec-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace strata::kernels::HWY_NAMESPACE {
+
+// The conversions split the elements into chunks of whole vectors, one per thread's share.
+void ToBf16(uint16_t* out, const float* in, int64_t count) {
+  const DF d;
+  const int64_t N = int64_t(hn::Lanes(d));
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < count; i += N)
+    StoreBf16(d, LoadN(d, in + i, size_t(count - i)), out + i, size_t(count - i));
+}
+
+void FromBf16(float* out, const uint16_t* in, int64_t count) {
+  const DF d;
+  const int64_t N = int64_t(hn::Lanes(d));
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < count; i += N)
+    StoreN(LoadBf16(d, in + i, size_t(count - i)), d, out + i, size_t(count - i));
+}
+
+// f16 <-> f32 with the hardware conversions (F16C on x86, fcvt on Arm): round to nearest even,
+// overflow to inf, NaN kept.
+void ToF16(uint16_t* out, const float* in, int64_t count) {
+  const DF d;
+  const hn::Rebind<hwy::float16_t, DF> dh;
+  const int64_t N = int64_t(hn::Lanes(d));
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < count; i += N) {
+    const size_t left = size_t(count - i);
+    StoreN(hn::DemoteTo(dh, LoadN(d, in + i, left)), dh, reinterpret_cast<hwy::float16_t*>(out + i),
+           left);
+  }
+}
+
+void FromF16(float* out, const uint16_t* in, int64_t count) {
+  const DF d;
+  const hn::Rebind<hwy::float16_t, DF> dh;
+  const int64_t N = int64_t(hn::Lanes(d));
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < count; i += N) {
+    const size_t left = size_t(count - i);
+    StoreN(hn::PromoteTo(d, LoadN(dh, reinterpret_cast<const hwy::float16_t*>(in + i), left)), d,
+           out + i, left);
+  }
+}
+
+}  // namespace strata::kernels::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
 #include "core/error.h"
+#include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/kernels.h"
-#include "kernels/cpu/vec.h"
 
 namespace strata::kernels {
+
+HWY_EXPORT(ToBf16);
+HWY_EXPORT(FromBf16);
+HWY_EXPORT(ToF16);
+HWY_EXPORT(FromF16);
 
 namespace {
 
 void to_bf16(uint16_t* out, const float* in, int64_t count) {
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < count; i += 16) {
-    const __mmask16 m = vec::tail_mask(i, count);
-    _mm256_mask_storeu_epi16(out + i, m, vec::to_bf16(vec::load(in + i, m)));
-  }
+  STRATA_DISPATCH(ToBf16)(out, in, count);
 }
-
 void from_bf16(float* out, const uint16_t* in, int64_t count) {
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < count; i += 16) {
-    const __mmask16 m = vec::tail_mask(i, count);
-    const __m512i h = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, in + i));
-    vec::store(out + i, _mm512_castsi512_ps(_mm512_slli_epi32(h, 16)), m);
-  }
+  STRATA_DISPATCH(FromBf16)(out, in, count);
 }
-
 void to_f16(uint16_t* out, const float* in, int64_t count) {
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < count; i += 16) {
-    const __mmask16 m = vec::tail_mask(i, count);
-    const __m256i h =
-        _mm512_cvtps_ph(vec::load(in + i, m), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    _mm256_mask_storeu_epi16(out + i, m, h);
-  }
+  STRATA_DISPATCH(ToF16)(out, in, count);
 }
-
 void from_f16(float* out, const uint16_t* in, int64_t count) {
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < count; i += 16) {
-    const __mmask16 m = vec::tail_mask(i, count);
-    vec::store(out + i, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, in + i)), m);
-  }
+  STRATA_DISPATCH(FromF16)(out, in, count);
 }
 
 void check_lowp(DType t) {
@@ -56,19 +99,20 @@ void check_lowp(DType t) {
                " is not bf16 or f16");
 }
 
-// op(A) * op(B) for operands of type t: bf16 directly; f16 widened into scratch first.
+// op(A) * op(B) for operands of type t: bf16 directly where the CPU multiplies bf16; otherwise
+// (f16 always) widened into scratch first.
 void gemm_lowp(DType t, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const uint16_t* a,
                int64_t a_elems, int64_t lda, const uint16_t* b, int64_t b_elems, int64_t ldb,
                float beta, float* c, int64_t ldc, float* scratch) {
-  if (t == DType::bf16) {
+  if (!lowp_widens(t)) {
     gemm_bf16(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
     return;
   }
-  STRATA_CHECK(scratch != nullptr, "f16 linear: no f32 scratch given");
+  STRATA_CHECK(scratch != nullptr, dtype_name(t), " linear: no f32 scratch given");
   float* a32 = scratch;
   float* b32 = scratch + a_elems;
-  from_f16(a32, a, a_elems);
-  from_f16(b32, b, b_elems);
+  from_lowp(t, a32, a, a_elems);
+  from_lowp(t, b32, b, b_elems);
   gemm(ta, tb, m, n, k, 1.0f, a32, lda, b32, ldb, beta, c, ldc);
 }
 
@@ -127,9 +171,14 @@ void linear_backward_lowp(DType t, float* dx, float* dw, float* dbias, const flo
   }
 }
 
+bool lowp_widens(DType t) {
+  return t == DType::f16 || !isa::native_bf16();
+}
+
 int64_t lowp_f32_scratch(int64_t n, int64_t in, int64_t out, int64_t capacity) {
   // The larger of: forward x[n, in] + w[out, in]; backward dy block + w or x block.
   return std::max(n * in + out * in, capacity + std::max(out * in, n * in));
 }
 
 }  // namespace strata::kernels
+#endif  // HWY_ONCE

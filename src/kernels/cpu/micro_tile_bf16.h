@@ -17,9 +17,7 @@
 #include <utility>
 
 #include "kernels/cpu/micro_tile.h"  // transpose16
-#include "kernels/cpu/vec.h"         // <immintrin.h>, with GCC 12's false warning silenced
-
-#ifdef __AVX512BF16__
+#include "kernels/cpu/vec.h"         // AVX-512 only: see vec.h
 
 namespace strata::kernels::tiles {
 
@@ -194,4 +192,3 @@ inline void round_pack_row_pairs(uint32_t* __restrict dst, int64_t ldd, const fl
 
 }  // namespace strata::kernels::tiles
 
-#endif  // __AVX512BF16__

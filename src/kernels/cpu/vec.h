@@ -1,20 +1,11 @@
-// AVX-512 helpers shared by the element-wise kernels: a vectorised exp (the one transcendental
-// the model needs: softmax, sigmoid, and GELU's tanh through sigmoid), and masked tails so that
-// every loop runs 16 lanes at a time with no scalar remainder loop.
-// libm's expf does not vectorise under GCC without -ffast-math (which the build does not use),
-// and a scalar exp costs ~10x the vector one per element: this is where hand intrinsics pay.
+// AVX-512 helpers of the hand-written avx512bf16 kernel (flash_attention_avx512bf16.cc, its only
+// user): the same exp, bf16 rounding and masked tails as vec-inl.h, in AVX-512 intrinsics.
+// Every other kernel uses vec-inl.h (Highway, every level).
 #pragma once
-// GCC 12's AVX-512 headers trip -Wmaybe-uninitialized on their own _mm512_undefined_ps()
-// (GCC bug 105593); the warning points into the header, so silence it for the header only.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-
 #include <cstdint>
 
-#ifndef __AVX512F__
-#error "strata's CPU kernels need AVX-512 (built with -march=native or -march=x86-64-v4)"
+#ifndef STRATA_AVX512BF16_REGION
+#error "vec.h is for code compiled inside flash_attention_avx512bf16.cc's AVX-512 region"
 #endif
 
 namespace strata::kernels::vec {
