@@ -27,9 +27,16 @@ def loaded_libraries(pattern=("blas", "lapack", "mkl", "gomp", "iomp")):
 
 
 def blas_info():
-    import torch  # noqa: F401  (make sure torch's libraries are loaded)
+    import torch  # (make sure torch's libraries are loaded)
     libs = loaded_libraries()
     info = {"libraries": sorted({os.path.realpath(p) for p in libs})}
+    # PyPI's x86-64 wheels link MKL statically (nothing to see in /proc/self/maps) and use oneDNN
+    # (mkldnn) for bf16 matmuls and convolutions; Debian's 1.13 has neither.
+    try:
+        info["mkl"] = bool(torch.backends.mkl.is_available())
+        info["mkldnn"] = bool(torch.backends.mkldnn.is_available())
+    except AttributeError:
+        pass
     for path in libs:
         if "openblas" not in os.path.realpath(path):
             continue

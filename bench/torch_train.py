@@ -6,10 +6,18 @@
 
 Same architecture and parameter names as tools/torch_reference.py (that one is a float64
 reference written for clarity; this one is a float32 nn.Module written for speed): fused q|k|v
-and gate|up linears, manual causal softmax attention (torch 1.13 has no public
-scaled_dot_product_attention; --attn sdpa tries the private 1.13 one), AdamW with foreach
-kernels (decay on matrices only), clip_grad_norm_(1.0). Prints one JSON line at the end:
-  {"tokens_per_s", "step_ms", "steps_timed", "n_params", "flops_per_token", "gflops", ...}
+and gate|up linears, causal attention, AdamW (decay on matrices only), clip_grad_norm_(1.0).
+Runs under Debian's torch 1.13 and under current PyTorch 2.x (bench/torch_venv.sh), each at its
+best by default:
+  --attn auto      F.scaled_dot_product_attention(is_causal=True) where torch has it (2.x), else
+                   manual baddbmm/softmax/bmm (1.13; --attn sdpa there tries its private one)
+  --optim auto     AdamW(fused=True) where it runs on CPU (torch >= 2.4), else foreach, else plain
+  --mode compile   torch.compile(model) (inductor); its compile happens in the warm-up steps and
+                   is reported as first_step_ms. Where torch.compile is missing (1.13) or fails,
+                   the run goes on eager and says why on stderr and in "compile_fallback".
+Prints one JSON line at the end:
+  {"tokens_per_s", "step_ms", "steps_timed", "n_params", "flops_per_token", "gflops", ...,
+   "mode", "attn", "optimizer", "torch", ...}
 measured over the steps after --warmup-steps. FLOPs per token = 6*N + 12*L*C*T, N = parameter
 count without the learned position table.
 """
@@ -73,6 +81,8 @@ class Block(nn.Module):
             k = k[:, :, None].expand(B, KV, H // KV, T, hd).reshape(B, H, T, hd)
             v = v[:, :, None].expand(B, KV, H // KV, T, hd).reshape(B, H, T, hd)
         if self.attn_impl == "sdpa":
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        elif self.attn_impl == "sdpa-private":  # torch 1.13's (attn_mask, dropout, need_weights, is_causal)
             o = F._scaled_dot_product_attention(q, k, v, None, 0.0, False, True)[0]
         else:
             s = torch.baddbmm(mask, q.reshape(B * H, T, hd), k.reshape(B * H, T, hd).transpose(1, 2),
@@ -127,6 +137,34 @@ class Decoder(nn.Module):
         return F.cross_entropy(logits.view(B * T, -1), targets.reshape(B * T))
 
 
+def resolve_attn(want):
+    public = hasattr(F, "scaled_dot_product_attention")
+    if want == "auto":
+        return "sdpa" if public else "manual"
+    if want == "sdpa":
+        return "sdpa" if public else "sdpa-private"
+    return want
+
+
+def make_adamw(groups, want, opt_kw):
+    """AdamW with the fastest implementation this torch has on CPU: returns (optimizer, name)."""
+    order = {"auto": ["fused", "foreach", "plain"], "fused": ["fused"], "foreach": ["foreach"],
+             "plain": ["plain"]}[want]
+    errors = []
+    for impl in order:
+        kw = {"fused": {"fused": True}, "foreach": {"foreach": True}, "plain": {}}[impl]
+        try:
+            if impl == "fused":  # the constructor may accept it and the CPU step still refuse
+                p = torch.nn.Parameter(torch.ones(4))
+                p.grad = torch.ones(4)
+                probe = torch.optim.AdamW([p], **kw, **opt_kw)
+                probe.step()
+            return torch.optim.AdamW(groups, **kw, **opt_kw), impl
+        except (TypeError, RuntimeError, ValueError) as e:
+            errors.append("%s: %s" % (impl, str(e).splitlines()[0] if str(e) else type(e).__name__))
+    sys.exit("no AdamW implementation %s works here (%s)" % (want, "; ".join(errors)))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--family", choices=["gpt2", "llama"], default="gpt2")
@@ -143,7 +181,12 @@ def main():
     ap.add_argument("--warmup-steps", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--lr", type=float, default=3e-4)
-    ap.add_argument("--attn", choices=["manual", "sdpa"], default="manual")
+    ap.add_argument("--attn", choices=["auto", "manual", "sdpa"], default="auto",
+                    help="auto: sdpa where public (torch 2.x), else manual")
+    ap.add_argument("--optim", choices=["auto", "fused", "foreach", "plain"], default="auto",
+                    help="AdamW implementation; auto: fused where it runs on CPU, else foreach")
+    ap.add_argument("--mode", choices=["eager", "compile"], default="eager",
+                    help="compile: torch.compile(model), default inductor backend")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--verbose", action="store_true", help="print every step to stderr")
     ap.add_argument("--precision", choices=["f32", "bf16"], default="f32",
@@ -155,6 +198,7 @@ def main():
     if a.steps <= a.warmup_steps:
         ap.error("--steps must exceed --warmup-steps")
 
+    a.attn = resolve_attn(a.attn)
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     model = Decoder(a)
@@ -165,14 +209,26 @@ def main():
     decay = [p for p in params if p.dim() >= 2]
     no_decay = [p for p in params if p.dim() < 2]
     opt_kw = dict(lr=a.lr, betas=(0.9, 0.95), eps=1e-8)
-    try:
-        opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
-                                 {"params": no_decay, "weight_decay": 0.0}], foreach=True, **opt_kw)
-        foreach = True
-    except TypeError:
-        opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
-                                 {"params": no_decay, "weight_decay": 0.0}], **opt_kw)
-        foreach = False
+    opt, optimizer = make_adamw([{"params": decay, "weight_decay": 0.1},
+                                 {"params": no_decay, "weight_decay": 0.0}], a.optim, opt_kw)
+
+    eager_model, compile_fallback = model, None
+    if a.mode == "compile":
+        if hasattr(torch, "compile"):
+            try:
+                model = torch.compile(model)
+            except Exception as e:  # noqa: BLE001 (any failure: report it, go on eager)
+                compile_fallback = "torch.compile raised %s: %s" % (type(e).__name__, e)
+        else:
+            compile_fallback = "torch %s has no torch.compile" % torch.__version__
+        if compile_fallback:
+            print("compile mode: %s; running eager" % compile_fallback, file=sys.stderr)
+
+    def forward(m, inputs, targets):
+        if a.precision == "bf16":
+            with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+                return m(inputs, targets)
+        return m(inputs, targets)
 
     gen = torch.Generator().manual_seed(a.seed + 1)
     times, losses = [], []
@@ -180,18 +236,30 @@ def main():
         tok = torch.randint(0, a.vocab, (a.batch, a.seq_len + 1), generator=gen)
         inputs, targets = tok[:, :-1].contiguous(), tok[:, 1:].contiguous()
         t0 = time.perf_counter()
-        if a.precision == "bf16":
-            with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
-                loss = model(inputs, targets)
+        if step == 0 and model is not eager_model:
+            # torch.compile compiles lazily: forward and backward graphs on the first step.
+            try:
+                loss = forward(model, inputs, targets)
+                loss.backward()
+            except Exception as e:  # noqa: BLE001
+                compile_fallback = "compiling the first step raised %s: %s" % (
+                    type(e).__name__, str(e).strip().splitlines()[0] if str(e).strip() else "")
+                print("compile mode: %s; running eager" % compile_fallback, file=sys.stderr)
+                model = eager_model
+                opt.zero_grad(set_to_none=True)
+                loss = forward(model, inputs, targets)
+                loss.backward()
         else:
-            loss = model(inputs, targets)
-        loss.backward()
+            loss = forward(model, inputs, targets)
+            loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
         lv = loss.item()
         dt = time.perf_counter() - t0
         losses.append(lv)
+        if step == 0:
+            first_step = dt
         if step >= a.warmup_steps:
             times.append(dt)
         if a.verbose:
@@ -205,8 +273,11 @@ def main():
         "n_params": n_params, "n_params_no_pos": n_nopos, "flops_per_token": flops_per_token,
         "gflops": round(tps * flops_per_token * 1e-9, 2),
         "loss_first": round(losses[0], 4), "loss_last": round(losses[-1], 4),
-        "threads": torch.get_num_threads(), "attn": a.attn, "adamw_foreach": foreach,
-        "precision": a.precision,
+        "threads": torch.get_num_threads(), "attn": a.attn, "optimizer": optimizer,
+        "adamw_foreach": optimizer == "foreach", "precision": a.precision,
+        "mode": "compile" if model is not eager_model else "eager",
+        "mode_requested": a.mode, "compile_fallback": compile_fallback,
+        "first_step_ms": round(first_step * 1e3, 1),
         "torch": torch.__version__, "blas": blas_info(),
     }))
 

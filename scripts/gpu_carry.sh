@@ -33,7 +33,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 CARRY=.gpu-carry
 DEBS=$CARRY/debs
-ROOTS=(libdnnl-dev libdnnl2 nlohmann-json3-dev libtomlplusplus-dev libtomlplusplus3 libcli11-dev
+ROOTS=(libdnnl-dev libdnnl2 libhwy-dev libhwy1 nlohmann-json3-dev libtomlplusplus-dev libtomlplusplus3 libcli11-dev
        libgtest-dev libsqlite3-dev libsqlite3-0 libopenmpi-dev libopenmpi3 openmpi-bin
        openmpi-common libpmix2 pkgconf pkgconf-bin libpkgconf3)
 BASE_RE='^(libc|libm|libmvec|libpthread|libdl|librt|libutil|libresolv|libanl|ld-linux-x86-64|libstdc\+\+|libgcc_s|libgomp|libz)\.so'

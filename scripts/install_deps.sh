@@ -9,6 +9,8 @@ packages=(
   libdnnl-dev libopenblas-openmp-dev nlohmann-json3-dev libtomlplusplus-dev libcli11-dev
   googletest libgtest-dev libbenchmark-dev
   libsqlite3-dev                           # the model registry's index (strata registry)
+  libhwy-dev                               # Google Highway: the kernels' SIMD, chosen at run time
+  qemu-user-static                         # the kernel suite on an emulated AVX2-only CPU
   openmpi-bin libopenmpi-dev libpmix-dev   # the CPU communication engine (PMIx for srun)
   slurm-wlm munge                          # single-node SLURM for the launcher tests
   bible-kjv                   # the default English corpus (King James Bible text)

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/isa.h"
 #include "commands.h"
 #include "core/error.h"
 #include "plan/calibrate.h"
@@ -85,7 +86,10 @@ int run_plan(const PlanArgs& a) {
         {"parameters", config.model.num_params()},
         {"global_batch",
          search.global_batch > 0 ? search.global_batch : config_global_batch(config, gpus)},
-        {"given", planned_layout_json(given)}};
+        {"given", planned_layout_json(given)},
+        // This machine's CPU kernel level: CPU memory (bf16 operands widened below avx512bf16)
+        // and --calibrate's rates are this level's.
+        {"cpu_isa", kernels::isa::name(kernels::isa::active())}};
     if (cluster) j["cluster"] = cluster_json(*cluster);
     // Every pipeline stage's total (a run's metrics.jsonl reports rank 0, the first stage).
     j["given"]["stages"] = nlohmann::json::array();
@@ -121,6 +125,8 @@ int run_plan(const PlanArgs& a) {
                 cluster->device.name.c_str(),
                 format_bytes(static_cast<double>(cluster->device.memory_bytes)).c_str(),
                 static_cast<long long>(cluster->gpus_per_node));
+  std::printf("\nCPU kernels here: %s%s", kernels::isa::describe(kernels::isa::active()).c_str(),
+              kernels::isa::source() == std::string("cpu") ? "" : " (STRATA_CPU_ISA)");
   std::printf("\nmodel: %s, %s parameters, %lld layers, d_model %lld, seq %lld, %s, %s attention\n",
               family_name(m.family), format_count(static_cast<double>(m.num_params())).c_str(),
               static_cast<long long>(m.n_layer), static_cast<long long>(m.d_model),

@@ -6,6 +6,7 @@
 
 #include "commands.h"
 #include "core/error.h"
+#include "kernels/cpu/isa.h"
 
 int main(int argc, char** argv) {
   using namespace strata::cli;
@@ -18,6 +19,9 @@ int main(int argc, char** argv) {
                                          add_export_command(app),   add_import_command(app)};
   CLI11_PARSE(app, argc, argv);
   try {
+    // The CPU kernels' level (src/kernels/cpu/isa.h): a bad STRATA_CPU_ISA fails here, before any
+    // work, with what to do.
+    (void)strata::kernels::isa::active();
     for (const Command& c : commands)
       if (c.app->parsed()) return c.run();
   } catch (const std::exception& e) {

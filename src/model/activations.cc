@@ -154,13 +154,16 @@ void scratch_buffers(GradScratch& g, const ModelConfig& cfg, const ModelShard& s
   const int64_t widest = std::max({shard.qkv_width(cfg), pre_width, c, nh * cfg.head_dim()});
   g.dy_capacity = std::max(n * widest, std::min<int64_t>(n, 512) * shard.vocab(cfg));
   g.dy_lp = half(g.dy_capacity, "output gradient (16-bit)");
-  if (precision == DType::f16) {
+  // Operands widened to f32 for the GEMM: f16 always; bf16 where the CPU kernels have no native
+  // bf16 product (below the avx512bf16 level). A CUDA backend multiplies both natively.
+  const bool on_cuda = backend && backend->kind() == DeviceKind::cuda;
+  if (precision == DType::f16 || (!on_cuda && kernels::lowp_widens(precision))) {
     const int64_t largest_in = std::max({c, f, nh * cfg.head_dim()});
     const int64_t largest_w = std::max({shard.qkv_width(cfg) * c, pre_width * c, c * f,
                                         shard.vocab(cfg) * c, c * nh * cfg.head_dim()});
-    g.f16_wide = ws(
+    g.lowp_wide = ws(
         std::max(n * largest_in + largest_w, g.dy_capacity + std::max(largest_w, n * largest_in)),
-        "f16 operands widened to f32");
+        "16-bit operands widened to f32");
   }
   // Transient f32 activations (their 16-bit copies are what the layers keep).
   g.transient.attn_norm = ws(ns * c, "attention norm (f32, transient)");

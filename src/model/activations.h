@@ -139,7 +139,7 @@ struct GradScratch {
   uint16_t* full_lp = nullptr;
   uint16_t* dy_lp = nullptr;
   int64_t dy_capacity = 0;
-  float* f16_wide = nullptr;
+  float* lowp_wide = nullptr;  // 16-bit GEMM operands widened to f32 (kernels::lowp_widens)
   LayerActivations transient;
   float* final_norm = nullptr;
 };

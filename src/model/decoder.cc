@@ -137,7 +137,7 @@ void Decoder::linear_fwd(float* y, const float* x32, const uint16_t* xlp, int w,
     return;
   }
   backend_.linear_forward_lowp(precision_, y, xlp, lowp_weight(w), b, n, in, out,
-                               scratch_.f16_wide);
+                               scratch_.lowp_wide);
 }
 
 void Decoder::linear_bwd(float* dx, float* dw, float* dbias, const float* dy, const float* x32,
@@ -151,7 +151,7 @@ void Decoder::linear_bwd(float* dx, float* dw, float* dbias, const float* dy, co
     return;
   }
   backend_.linear_backward_lowp(precision_, dx, dw, dbias, dy, scratch_.dy_lp, scratch_.dy_capacity,
-                                xlp, lowp_weight(w), n, in, out, scratch_.f16_wide);
+                                xlp, lowp_weight(w), n, in, out, scratch_.lowp_wide);
 }
 
 std::pair<const float*, const uint16_t*> Decoder::column_input(const float* x, uint16_t* keep,

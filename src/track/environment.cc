@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "io/atomic_file.h"
+#include "kernels/cpu/isa.h"
 
 #ifndef STRATA_GIT_COMMIT
 #define STRATA_GIT_COMMIT "unknown"
@@ -56,6 +57,13 @@ nlohmann::json environment_facts() {
   utsname u{};
   if (uname(&u) == 0) j["os"] = std::string(u.sysname) + " " + u.release + " " + u.machine;
   j["omp_max_threads"] = omp_get_max_threads();
+  // The CPU kernels' level (kernels/cpu/isa.h) and where it came from.
+  try {
+    j["cpu_isa"] = kernels::isa::describe(kernels::isa::active());
+    j["cpu_isa_source"] = kernels::isa::source();
+  } catch (const std::exception& e) {
+    j["cpu_isa"] = std::string("unavailable: ") + e.what();
+  }
 #if defined(__clang__)
   j["compiler"] = std::string("clang ") + __clang_version__;
 #elif defined(__GNUC__)
@@ -69,7 +77,7 @@ nlohmann::json environment_facts() {
     }
   nlohmann::json vars = nlohmann::json::object();
   for (const char* var : {"OMP_NUM_THREADS", "OMP_PROC_BIND", "OPENBLAS_CORETYPE", "GLIBC_TUNABLES",
-                          "STRATA_COMM_POLL", "ONEDNN_MAX_CPU_ISA", "SLURM_JOB_ID"})
+                          "STRATA_COMM_POLL", "STRATA_CPU_ISA", "ONEDNN_MAX_CPU_ISA", "SLURM_JOB_ID"})
     if (const char* v = std::getenv(var)) vars[var] = v;
   j["env"] = vars;
   return j;

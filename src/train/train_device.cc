@@ -20,16 +20,35 @@ namespace strata {
 
 namespace {
 
-double measure_cpu_gemm_flops() {
-  // A training-sized product (about 2 GFLOP, ~10 ms): small ones under-report the peak, and MFU
-  // is this rate's fraction, so it must be the best the machine does.
+// The peak MFU divides by: the GEMM rate of the arithmetic the training precision runs at this
+// kernel level. f32, f16 and bf16 below avx512bf16 multiply in f32 (the 16-bit operands widened,
+// kernels::lowp_widens), so their peak is the f32 GEMM's; bf16 at avx512bf16 multiplies bf16
+// (oneDNN's bf16 matmul, about twice the f32 rate), so its peak is that GEMM's. A training-sized
+// product (about 2 GFLOP, ~10 ms): small ones under-report the peak, and MFU is this rate's
+// fraction, so it must be the best the machine does.
+double measure_cpu_gemm_flops(DType precision) {
   const int64_t n = 1024;
+  const bool bf16 = precision == DType::bf16 && !kernels::lowp_widens(DType::bf16);
   std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
-  kernels::gemm(false, true, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+  std::vector<uint16_t> a16, b16;
+  if (bf16) {
+    a16.resize(a.size());
+    b16.resize(b.size());
+    kernels::to_lowp(DType::bf16, a16.data(), a.data(), n * n);
+    kernels::to_lowp(DType::bf16, b16.data(), b.data(), n * n);
+  }
+  auto product = [&] {
+    if (bf16)
+      kernels::gemm_bf16(false, true, n, n, n, 1.0f, a16.data(), n, b16.data(), n, 0.0f, c.data(),
+                         n);
+    else
+      kernels::gemm(false, true, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+  };
+  product();  // warm-up: the JIT kernel, first touch
   double best = 0;
   for (int rep = 0; rep < 8; ++rep) {
     const auto t0 = Clock::now();
-    kernels::gemm(false, true, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    product();
     best = std::max(best, 2.0 * n * n * n / seconds_since(t0));
   }
   return best;
@@ -80,7 +99,7 @@ void TrainDevice::route(ProcessGroups& groups) {
 }
 
 double TrainDevice::measure_peak_flops(DType precision) {
-  if (backend_->kind() == DeviceKind::cpu) return measure_cpu_gemm_flops();
+  if (backend_->kind() == DeviceKind::cpu) return measure_cpu_gemm_flops(precision);
   Backend& be = *backend_;
   DeviceMemory& mem = *be.memory();
   const int64_t n = 8192, nn = n * n;

@@ -14,6 +14,7 @@
 #include "data/tokenizer.h"
 #include "data/unigram.h"
 #include "io/atomic_file.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/cpu/kernels.h"
 #include "launch/heartbeat.h"
 #include "model/generate.h"
@@ -123,7 +124,9 @@ Trainer::Trainer(RunConfig config, ProcessGroups* groups, Backend* backend)
             " parameters; ", omp_get_max_threads(), " threads; device ", device_->description(),
             "; GEMM ",
             device_->backend().kind() == DeviceKind::cpu ? kernels::gemm_backend() : "cuBLASLt",
-            " at ", static_cast<int64_t>(peak_flops_ / 1e9), " GFLOP/s");
+            " at ", static_cast<int64_t>(peak_flops_ / 1e9), " GFLOP/s (", config_.train.precision,
+            "); CPU kernels ", kernels::isa::describe(kernels::isa::active()),
+            kernels::isa::source() == std::string("cpu") ? "" : " (STRATA_CPU_ISA)");
 }
 
 void Trainer::build_model() {

@@ -200,7 +200,7 @@ int64_t split_chunk(int64_t d) {
 // Below the avx512bf16 level oneDNN's bf16 matmul is a reference loop (or, capped at AVX2, not
 // there at all): the operands are widened to f32 (exactly) and the f32 GEMM runs. Linear layers
 // widen into their arena scratch instead (lowp.cc); this path serves the other callers.
-void gemm_bf16_widened(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+void gemm_blowp_widened(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                        const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta,
                        float* c, int64_t ldc) {
   const int64_t a_elems = ((trans_a ? k : m) - 1) * lda + (trans_a ? m : k);
@@ -220,7 +220,7 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, floa
   if (m == 0 || n == 0) return;
   if (k == 0) return scale_c(m, n, beta, c, ldc);
   if (!isa::native_bf16())
-    return gemm_bf16_widened(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return gemm_blowp_widened(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   // The longest dimension first; each chunk's call may split another long one.
   if (m > kSplitAbove && m >= n && m >= k) {  // rows of A and C
     const int64_t step = split_chunk(m);
