@@ -104,6 +104,9 @@ class DataParallel : public GroupHooks {
   bool params_sharded() const { return opt_.zero >= 3; }
   bool optimizer_sharded() const { return opt_.zero >= 1; }
   float* shard_params() const { return shard_params_; }
+  // Stages 2, 3: this rank's reduced gradients (the shard's layout), as finish_gradients left them.
+  bool grads_sharded() const { return opt_.zero >= 2; }
+  float* shard_grads() const { return shard_grads_; }
   int64_t shard_size() const { return shard_size_; }
   int zero_stage() const { return opt_.zero; }
   int num_buckets() const { return static_cast<int>(buckets_.size()); }

@@ -466,6 +466,11 @@ std::vector<float> Trainer::global_params() {
   return to_global(local_full(sharded ? dp_->shard_params() : model_->params().data(), sharded));
 }
 
+std::vector<float> Trainer::global_grads() {
+  const bool sharded = dp_ && dp_->grads_sharded();
+  return to_global(local_full(sharded ? dp_->shard_grads() : model_->params().grads(), sharded));
+}
+
 void Trainer::write_metrics(const StepResult& r, double tokens_per_s, double mfu, double val_loss) {
   nlohmann::json j;
   j["step"] = r.step;

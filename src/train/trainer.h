@@ -94,6 +94,11 @@ class Trainer {
   // Every parameter as a global tensor, in the single-process layout (collective; the result is
   // complete on world rank 0 only).
   std::vector<float> global_params();
+  // The last step's gradients as every reduction (dp, ZeRO, tp, pp) left them, as global tensors
+  // in the same layout, before clipping (fp16: still times the loss scale). Collective; complete
+  // on world rank 0 only. The layout-equivalence tests compare them with one process to see the
+  // gradient scale, which clipping and AdamW hide from the losses and parameters.
+  std::vector<float> global_grads();
   Arena& arena() { return arena_; }
   int64_t step() const { return step_; }
   const RunConfig& config() const { return config_; }

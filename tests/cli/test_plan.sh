@@ -39,6 +39,28 @@ check "ranked by tokens/s" test "$(json_get "$work/130b.json" \
 check "explain lines for the best layout" test "$(json_get "$work/130b.json" \
   'len(j["ranked"][0]["explain"]["memory"]) > 3 and len(j["ranked"][0]["explain"]["step"]) > 3')" = True
 check "search statistics" test "$(json_get "$work/130b.json" 'j["search"]["enumerated"] > 1000')" = True
+# The values docs/PLANNER.md prints for this case. Model states under pure data parallelism are
+# 18 bytes per parameter: bf16 weights 2, f32 gradients 4, f32 master weights 4, Adam moments 8.
+check "130B: 127.5B parameters" test "$(json_get "$work/130b.json" \
+  'abs(j["parameters"] - 127.5e9) < 0.05e9')" = True
+check "130B: model states 2/4/4/8 bytes per parameter" test "$(json_get "$work/130b.json" \
+  '[j["given"]["memory"][c] for c in ("params", "grads", "master", "optimizer")] == [b * j["parameters"] for b in (2, 4, 4, 8)]')" = True
+check "130B: given total 2.16 TiB" test "$(json_get "$work/130b.json" \
+  'round(j["given"]["memory"]["total"] / 2**40, 2) == 2.16')" = True
+check "130B: best layout tp 4 pp 8 dp 1 vpp 4 sp, recompute full" test "$(json_get "$work/130b.json" \
+  '[j["ranked"][0]["layout"][k] for k in ("tp", "pp", "dp", "vpp", "sp", "recompute")] == [4, 8, 1, 4, True, "full"]')" = True
+check "130B: best layout 75.5 GiB per rank, MFU 47.0% (+-2 points)" test "$(json_get "$work/130b.json" \
+  'round(j["ranked"][0]["memory"]["total"] / 2**30, 1) == 75.5 and 0.45 < j["ranked"][0]["step"]["mfu"] < 0.49')" = True
+check "130B: tokens/s is the global batch over the step time" test "$(json_get "$work/130b.json" \
+  'all(abs(l["step"]["tokens_per_s"] * l["step"]["step_s"] - j["global_batch"] * 2048) < 1e-6 * j["global_batch"] * 2048 for l in j["ranked"])')" = True
+
+echo "-- the 1T model on 3072 A100s: the layout Megatron-LM published"
+"$strata" plan "$src/configs/plan/gpt-1t.toml" --cluster a100-80gb-x8-ib200 --gpus 3072 --json \
+  >"$work/1t.json"
+check "1T: best layout tp 8 pp 64 dp 6 ZeRO-1, micro-batch 1" test "$(json_get "$work/1t.json" \
+  '[j["ranked"][0]["layout"][k] for k in ("tp", "pp", "dp", "zero", "micro_batch")] == [8, 64, 6, 1, 1]')" = True
+check "1T: predicted MFU 53% (+-3 points)" test "$(json_get "$work/1t.json" \
+  '0.50 < j["ranked"][0]["step"]["mfu"] < 0.56')" = True
 
 echo "-- text output with --explain"
 out=$("$strata" plan "$src/configs/plan/gpt3-175b.toml" --cluster a100-80gb-x8-ib200 --explain --top 3)
@@ -46,6 +68,14 @@ check "175B: the config's layout fits" contains "$out" "(fits)"
 check "175B: explain prints the pipeline arithmetic" contains "$out" "bubble (p-1)/(v m)"
 check "175B: explain prints the memory arithmetic" contains "$out" "optimizer: 2 moments"
 check "175B: MFU" contains "$out" "MFU"
+check "175B: the config's layout is tp 8 pp 8 dp 16" contains "$out" \
+  "the config's layout: tp 8 pp 8 dp 16 zero 0, micro-batch 1 x 96, recompute full"
+check "175B: model states 2/4/4/8 bytes per parameter (tp 8 x pp 8 of 175B)" \
+  contains "$out" "params           5.26 GiB"
+check "175B: the config's MFU is between 30% and 45%" /usr/bin/python3 -c '
+import re, sys
+m = re.search(r"MFU ([0-9.]+)%: compute", sys.argv[1])
+sys.exit(0 if m and 30 < float(m.group(1)) < 45 else 1)' "$out"
 
 echo "-- nothing fits: exit status 2"
 "$strata" plan "$src/configs/plan/gpt-130b.toml" --cluster a100 --gpus 2 >"$work/none.txt" 2>&1
@@ -67,6 +97,8 @@ check "calibrate measured collectives through Comm" contains "$(cat "$work/cal.o
 "$strata" plan "$src/configs/tiny.toml" --cluster "$work/cal.toml" --gpus 2 --json \
   --set data.source=synthetic >"$work/cal.json"
 check "plan with the calibrated profile" test "$(json_get "$work/cal.json" 'j["given"]["step"]["step_s"] > 0')" = True
+check "calibrated plan: the tiny model fits, MFU in (0, 1], time parts within the step" \
+  test "$(json_get "$work/cal.json" 'j["given"]["memory"]["fits"] and 0 < j["given"]["step"]["mfu"] <= 1 and j["given"]["step"]["compute_s"] <= j["given"]["step"]["step_s"]')" = True
 
 echo "plan cli: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -39,6 +39,15 @@ contains() { grep -q -- "$2" <<<"$1"; }
 slice_sums() {  # the xxh64 of every slice of a checkpoint, sorted (bitwise identity of the state)
   /usr/bin/python3 -c 'import json,sys; print("\n".join(sorted(s["tensor"]+"@"+str(s["begin"])+"="+s["xxh64"] for s in json.load(open(sys.argv[1]))["slices"])))' "$1"
 }
+# Two checkpoints hold the same state, bitwise: both indexes exist and list slices, and their
+# checksums agree (two missing or empty indexes compare nothing, and must not pass).
+same_slices() {
+  local a b
+  a=$(slice_sums "$1") || { echo "cannot read $1"; return 1; }
+  b=$(slice_sums "$2") || { echo "cannot read $2"; return 1; }
+  [ -n "$a" ] || { echo "no slices in $1"; return 1; }
+  [ "$a" = "$b" ]
+}
 
 # 1. SIGKILL at a random step, restart, bitwise.
 step=$((3 + RANDOM % 5))  # 3..7; checkpoints every 2 steps
@@ -53,8 +62,11 @@ check "crashed run restarted and finished" test $? -eq 0
 check "the supervisor named the killed rank" contains "$(cat "$work/crash.out")" \
   "rank 1 was killed by signal 9"
 check "final parameters and moments bitwise identical" \
-  test "$(slice_sums "$work/straight/ckpt/step_00000008/index.json")" = \
-  "$(slice_sums "$work/crash/ckpt/step_00000008/index.json")"
+  same_slices "$work/straight/ckpt/step_00000008/index.json" \
+  "$work/crash/ckpt/step_00000008/index.json"
+# The comparison itself can fail: a missing index on both sides is not a match.
+check "the bitwise check rejects two missing checkpoints" \
+  eval '! same_slices "$work/none_a/index.json" "$work/none_b/index.json" >/dev/null 2>&1'
 out=$("$strata" diagnose "$work/crash")
 check "diagnose: crash" contains "$out" "\[crash\] crash: rank 1 was killed by signal 9"
 
@@ -159,11 +171,17 @@ STRATA_FAULT_CRASH_RANK=3 STRATA_FAULT_CRASH_STEP=5 STRATA_FAULT_ATTEMPT=0 "$str
 check "elastic job finished" test $? -eq 0
 check "restarted on 2 ranks keeping the global batch" contains "$(cat "$work/elastic.out")" \
   "elastic: rank 3 failed again after a restart; restarting on 2 of the 3 remaining ranks with parallel.dp = 2, train.grad_accum = 2"
-check "losses continue within f32 tolerance (1e-5)" /usr/bin/python3 -c '
+# The gradient norm too: on 2 ranks with accumulation the reduction must still be the mean.
+check "losses and grad norms continue within f32 tolerance (1e-5)" /usr/bin/python3 -c '
 import json, sys
-a = {json.loads(l)["step"]: json.loads(l)["loss"] for l in open(sys.argv[1])}
-b = {json.loads(l)["step"]: json.loads(l)["loss"] for l in open(sys.argv[2])}
-sys.exit(0 if sorted(a) == sorted(b) and all(abs(a[s] - b[s]) <= 1e-5 * abs(a[s]) for s in a) else 1)
+def read(path, key):
+    return {json.loads(l)["step"]: json.loads(l)[key] for l in open(path)}
+ok = True
+for key in ("loss", "grad_norm"):
+    a, b = read(sys.argv[1], key), read(sys.argv[2], key)
+    ok = ok and len(a) == 8 and sorted(a) == sorted(b)
+    ok = ok and all(abs(a[s] - b[s]) <= 1e-5 * abs(a[s]) for s in a)
+sys.exit(0 if ok else 1)
 ' "$work/el_straight/metrics.jsonl" "$work/elastic/metrics.jsonl"
 
 echo "reliability: $passed passed, $failed failed"

@@ -17,14 +17,17 @@ if [ "$(uname -m)" != x86_64 ]; then
   echo "not an x86-64 machine: nothing to emulate here"
   exit 77
 fi
+# TCG lacks a few of the model's features (xsavec, nrip-save, ...) and warns about each: not
+# kernel-relevant, so the warnings are dropped from the log.
 qemu=(qemu-x86_64-static -cpu EPYC-Rome)
-levels=$("${qemu[@]}" "$levels_bin" 2>&1)
+levels=$("${qemu[@]}" "$levels_bin" 2>/dev/null)
 echo "levels on the emulated EPYC-Rome: $levels"
 if [ "$levels" != avx2 ]; then
   echo "FAILED: expected exactly avx2 on an AVX2 CPU without AVX-512"
   exit 1
 fi
-"${qemu[@]}" "$test_bin" "$@" || { echo "FAILED: the kernel suite under qemu (EPYC-Rome)"; exit 1; }
+"${qemu[@]}" "$test_bin" "$@" 2> >(grep -v "TCG doesn't support" >&2) ||
+  { echo "FAILED: the kernel suite under qemu (EPYC-Rome)"; exit 1; }
 
 out=$(qemu-x86_64-static -cpu Nehalem "$strata_bin" --help 2>&1)
 rc=$?

@@ -4,18 +4,26 @@ gang-scheduled MPIJob or Volcano Job whose replicas, slots, minAvailable, enviro
 resources and mpirun command match the layout; the sbatch script passes `bash -n`; a layout
 whose tensor-parallel groups would span nodes is refused.
 
-Usage: check_k8s_manifest.py STRATA SOURCE_DIR   (exit 77: PyYAML is not installed)
+Usage: check_k8s_manifest.py STRATA SOURCE_DIR   (exit 77: PyYAML is not installed; 1 under CI)
 """
 import os
 import subprocess
 import sys
 import tempfile
 
+def skip(reason):
+    """A missing dependency: skipped outside CI (exit 77, the reason printed), failed under CI."""
+    if os.environ.get("CI"):
+        print("FAILED (CI is set, so this is not a skip): " + reason)
+        sys.exit(1)
+    print("SKIP: " + reason)
+    sys.exit(77)
+
+
 try:
     import yaml
 except ImportError:
-    print("SKIP: PyYAML is not installed (pip install pyyaml, or Debian python3-yaml)")
-    sys.exit(77)
+    skip("PyYAML is not installed (pip install pyyaml, or Debian python3-yaml)")
 
 strata, src = sys.argv[1], sys.argv[2]
 config = os.path.join(src, "configs", "tiny.toml")

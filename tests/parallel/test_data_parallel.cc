@@ -1,7 +1,10 @@
 // Data parallelism is an implementation detail of the arithmetic: for dp = world size and every
-// ZeRO stage, with and without gradient accumulation, on both model families, the loss of every
-// step and the final parameters equal those of one process training on the same global batch
-// (f32, relative error <= 1e-5). Rank 0 also runs that single process, in-process.
+// ZeRO stage, with and without gradient accumulation, on both model families, the loss and the
+// gradient norm of every step and the final parameters equal those of one process training on
+// the same global batch (f32, relative error <= 1e-5). Rank 0 also runs that single process,
+// in-process. Clipping and AdamW hide a uniform gradient scale from the losses and parameters
+// (a sum instead of the mean would still train alike), so the norms are compared too, and the
+// raw reduced gradients themselves with clipping off (RawGradients).
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -60,9 +63,18 @@ source = "synthetic"
 }
 
 struct RunResult {
-  std::vector<double> losses;
-  std::vector<float> params;  // full, by the single-process layout (name order)
+  std::vector<double> losses, grad_norms;
+  std::vector<float> params;              // full, by the single-process layout (name order)
+  std::vector<std::vector<float>> grads;  // each step's reduced gradients, the same order
 };
+
+// A full-layout buffer (bucket padding included) in registration order.
+std::vector<float> name_order(const ParamStore& p, const float* data) {
+  std::vector<float> out;
+  for (int i = 0; i < p.count(); ++i)
+    out.insert(out.end(), data + p.info(i).offset, data + p.info(i).offset + p.info(i).numel);
+  return out;
+}
 
 // Parameters in registration order, whatever the layout and sharding.
 std::vector<float> full_params(Trainer& t) {
@@ -73,22 +85,35 @@ std::vector<float> full_params(Trainer& t) {
     t.data_parallel()->gather_to_full(t.data_parallel()->shard_params(), flat.data());
     data = flat.data();
   }
-  std::vector<float> out;
-  for (int i = 0; i < p.count(); ++i)
-    out.insert(out.end(), data + p.info(i).offset, data + p.info(i).offset + p.info(i).numel);
-  return out;
+  return name_order(p, data);
 }
 
-RunResult train(const RunConfig& c, ProcessGroups* g) {
+RunResult train(const RunConfig& c, ProcessGroups* g, bool keep_grads = false) {
   Trainer t(c, g);
   RunResult r;
-  for (int i = 0; i < c.train.steps; ++i) r.losses.push_back(t.train_step().loss);
+  for (int i = 0; i < c.train.steps; ++i) {
+    const StepResult s = t.train_step();
+    r.losses.push_back(s.loss);
+    r.grad_norms.push_back(s.grad_norm);
+    if (keep_grads) r.grads.push_back(name_order(t.model().params(), t.global_grads().data()));
+  }
   r.params = full_params(t);
   return r;
 }
 
 double rel(double a, double b) {
   return std::abs(a - b) / std::max(std::abs(b), 1e-30);
+}
+
+// ||a - b|| / ||b|| over all elements, in double.
+double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < b.size(); ++i) {
+    const double d = static_cast<double>(a[i]) - b[i];
+    num += d * d;
+    den += static_cast<double>(b[i]) * b[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-300));
 }
 
 struct Case {
@@ -115,17 +140,15 @@ TEST_P(DataParallelEquivalence, MatchesOneProcess) {
         train(config_for(k.family, 0, k.accum, per_rank * world, base + "_one"), nullptr);
     for (size_t i = 0; i < one.losses.size(); ++i) {
       EXPECT_LE(rel(dp.losses[i], one.losses[i]), 1e-5) << "step " << i + 1;
-      if (rel(dp.losses[i], one.losses[i]) > 1e-5) ok = 0;
+      if (!(rel(dp.losses[i], one.losses[i]) <= 1e-5)) ok = 0;
+      // The norm before clipping: a wrong reduction scale shows here first.
+      EXPECT_LE(rel(dp.grad_norms[i], one.grad_norms[i]), 1e-5)
+          << "grad_norm step " << i + 1 << ": " << dp.grad_norms[i] << " vs " << one.grad_norms[i];
+      if (!(rel(dp.grad_norms[i], one.grad_norms[i]) <= 1e-5)) ok = 0;
     }
     ASSERT_EQ(dp.params.size(), one.params.size());
-    double num = 0, den = 0;
-    for (size_t i = 0; i < one.params.size(); ++i) {
-      num += (static_cast<double>(dp.params[i]) - one.params[i]) *
-             (static_cast<double>(dp.params[i]) - one.params[i]);
-      den += static_cast<double>(one.params[i]) * one.params[i];
-    }
-    EXPECT_LE(std::sqrt(num / den), 1e-5) << "final parameters";
-    if (std::sqrt(num / den) > 1e-5) ok = 0;
+    EXPECT_LE(rel_l2(dp.params, one.params), 1e-5) << "final parameters";
+    if (!(rel_l2(dp.params, one.params) <= 1e-5)) ok = 0;
   }
   // Every rank must agree on the parameters it holds (replicas never diverge).
   MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
@@ -146,6 +169,51 @@ INSTANTIATE_TEST_SUITE_P(Layouts, DataParallelEquivalence, ::testing::ValuesIn(a
                            return param_info.param.family + "_zero" +
                                   std::to_string(param_info.param.zero) + "_accum" +
                                   std::to_string(param_info.param.accum);
+                         });
+
+// The reduced gradients themselves, with clipping off: the dp mean (all-reduce, ZeRO 0) and the
+// ZeRO-2/3 reduce-scatter into each rank's shard (with accumulation over micro-batches) give,
+// after every step, the gradients of one process on the whole batch (relative L2 <= 1e-5; a sum
+// instead of the mean is off by a factor of dp).
+struct GradCase {
+  int64_t zero, accum;
+};
+
+class RawGradients : public ::testing::TestWithParam<GradCase> {};
+
+TEST_P(RawGradients, MatchOneProcess) {
+  const GradCase& k = GetParam();
+  ProcessGroups& g = groups();
+  const int world = g.world().size(), rank = g.world().rank();
+  const std::string base =
+      (fs::temp_directory_path() / cat("strata_test_dp_grads_np", world)).string();
+  auto cfg = [&](int64_t zero, int64_t batch, const std::string& dir) {
+    RunConfig c = config_for("gpt2", zero, k.accum, batch, dir);
+    c.optim.grad_clip = 0;  // the update sees the gradients as reduced
+    c.train.steps = 3;
+    return c;
+  };
+  const RunResult dp = train(cfg(k.zero, 2, cat(base, "_dp_", rank)), &g, true);
+  int ok = 1;
+  if (rank == 0) {
+    const RunResult one = train(cfg(0, 2 * world, base + "_one"), nullptr, true);
+    ASSERT_EQ(dp.grads.size(), one.grads.size());
+    for (size_t i = 0; i < one.grads.size(); ++i) {
+      ASSERT_EQ(dp.grads[i].size(), one.grads[i].size());
+      const double e = rel_l2(dp.grads[i], one.grads[i]);
+      EXPECT_LE(e, 1e-5) << "gradients after step " << i + 1;
+      if (!(e <= 1e-5)) ok = 0;
+    }
+  }
+  MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  EXPECT_EQ(ok, 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(Reductions, RawGradients,
+                         ::testing::Values(GradCase{0, 1}, GradCase{2, 2}, GradCase{3, 2}),
+                         [](const auto& param_info) {
+                           return cat("zero", param_info.param.zero, "_accum",
+                                      param_info.param.accum);
                          });
 
 // The memory each rank's arena reports per category follows the ZeRO paper's arithmetic: for Ψ

@@ -75,10 +75,17 @@ TEST(LayoutSearch, OneTrillionParametersOn3072GpusIsQuick) {
   const PlannedLayout& best = result.ranked.front();
   EXPECT_GT(best.config.parallel.tp * best.config.parallel.pp, 8) << best.describe();
   EXPECT_EQ(result.global_batch, 3072);
-  // Published: 163 TFLOP/s per A100 (52% of peak) with tp 8, pp 64, dp 6; the planner's best
-  // should be in that neighbourhood, not off by a factor.
-  EXPECT_GT(best.step.mfu, 0.25) << best.describe();
-  EXPECT_LT(best.step.mfu, 0.8) << best.describe();
+  // docs/PLANNER.md: the best layout is the one Megatron-LM published for this model (tp 8,
+  // pp 64, dp 6; 163 TFLOP/s per A100, 52% of peak), ZeRO-1, micro-batches of 1, predicted at 53%
+  // MFU. The band is that prediction +-3 points: a change to the performance model that moves it
+  // further must update the docs' claim.
+  EXPECT_EQ(best.config.parallel.tp, 8) << best.describe();
+  EXPECT_EQ(best.config.parallel.pp, 64) << best.describe();
+  EXPECT_EQ(best.config.parallel.dp, 6) << best.describe();
+  EXPECT_EQ(best.config.parallel.zero, 1) << best.describe();
+  EXPECT_NE(best.describe().find("micro-batch 1 x 512"), std::string::npos) << best.describe();
+  EXPECT_GT(best.step.mfu, 0.50) << best.describe();
+  EXPECT_LT(best.step.mfu, 0.56) << best.describe();
 }
 
 TEST(LayoutSearch, OomDemoOnThisMachineFitsOnceSplitOrWithSmallerMicroBatches) {

@@ -4,7 +4,14 @@
 # `strata plan --json` predicts the arena of pipeline stage 0 and a one-step run on 1, 2 or 4
 # ranks measures it (the "mem" object of the last line of metrics.jsonl, which is world rank 0:
 # tp rank 0, dp rank 0, pp rank 0). Prints a table (markdown) of predicted and measured bytes,
-# the categories that differ, and fails if any total is off by more than 10%.
+# the categories that differ, and fails unless every category (params, grads, master, optimizer,
+# activations, comm, workspace) and the total are equal to the byte, which is what README and
+# docs/PLANNER.md claim.
+#
+# It also measures what the arena does not hold: the peak resident set of the training processes
+# (the largest rank's, from getrusage of the launcher's children) next to the planner's total.
+# The excess (code, oneDNN and Open MPI buffers, the allocator, the async-checkpoint snapshot) is
+# reported, not asserted; docs/PLANNER.md states the measured range.
 #
 # (Stage 0 must be the plan's largest stage, which `strata plan` reports: the pipeline cases give it
 # the most micro-batches in flight or the most layers.)
@@ -28,6 +35,15 @@ small=(--set model.d_model=128 --set model.n_head=4 --set model.vocab_size=1024
   --set system.memory_limit_mb=0)
 cases="$work/cases.tsv"
 : >"$cases"
+# Runs a command and writes the peak resident set (KiB) of its process tree to $RSS_OUT.
+rss="$work/rss.py"
+cat >"$rss" <<'PY'
+import os, resource, subprocess, sys
+status = subprocess.call(sys.argv[1:])
+with open(os.environ["RSS_OUT"], "w") as f:
+    f.write(str(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss))
+sys.exit(status)
+PY
 failed=0
 
 # case RANKS "description" key=value...
@@ -49,10 +65,12 @@ case_() {
   fi
   local status=0
   if [ "$ranks" = 1 ]; then
-    "$strata" train "$config" "${sets[@]}" >"$work/train_$id.log" 2>&1 || status=$?
+    RSS_OUT="$work/rss_$id" python3 "$rss" "$strata" train "$config" "${sets[@]}" \
+      >"$work/train_$id.log" 2>&1 || status=$?
   else
-    mpirun --allow-run-as-root --oversubscribe --mca btl self,vader -np "$ranks" \
-      "$strata" train "$config" "${sets[@]}" >"$work/train_$id.log" 2>&1 || status=$?
+    RSS_OUT="$work/rss_$id" python3 "$rss" mpirun --allow-run-as-root --oversubscribe \
+      --mca btl self,vader -np "$ranks" "$strata" train "$config" "${sets[@]}" \
+      >"$work/train_$id.log" 2>&1 || status=$?
   fi
   if [ "$status" != 0 ] || [ ! -s "$dir/metrics.jsonl" ]; then
     echo "FAILED: strata train for '$what' (exit $status)"
@@ -60,7 +78,8 @@ case_() {
     failed=1
     return
   fi
-  printf '%s\t%s\t%s\t%s\n' "$ranks" "$what" "$work/plan_$id.json" "$dir/metrics.jsonl" >>"$cases"
+  printf '%s\t%s\t%s\t%s\t%s\n' "$ranks" "$what" "$work/plan_$id.json" "$dir/metrics.jsonl" \
+    "$work/rss_$id" >>"$cases"
 }
 
 case_ 1 "1 rank, gpt2 f32, naive attention"
@@ -98,10 +117,12 @@ import json, sys
 cats = ["params", "grads", "master", "optimizer", "activations", "comm", "workspace"]
 MB = 1e6
 bad = 0
-print("| ranks | configuration | predicted MB | measured MB | error % | categories that differ (MB) |")
-print("|---|---|---:|---:|---:|---|")
+excess = []
+print("| ranks | configuration | predicted MB | measured MB | error % | categories that differ (MB) "
+      "| peak RSS MB | RSS - predicted MB |")
+print("|---|---|---:|---:|---:|---|---:|---:|")
 for line in open(sys.argv[1]):
-    ranks, what, plan_path, metrics_path = line.rstrip("\n").split("\t")
+    ranks, what, plan_path, metrics_path, rss_path = line.rstrip("\n").split("\t")
     given = json.load(open(plan_path))["given"]["memory"]
     last = [l for l in open(metrics_path) if l.strip()][-1]
     mem = json.loads(last)["mem"]
@@ -113,14 +134,18 @@ for line in open(sys.argv[1]):
     predicted, measured = given["total"], mem["total"]
     error = 100.0 * (predicted - measured) / measured
     diffs = [f"{c} {given[c] / MB:.3f} vs {mem[c] / MB:.3f}" for c in cats if given[c] != mem[c]]
+    rss = int(open(rss_path).read()) * 1024
+    excess.append((rss - predicted) / MB)
     print(f"| {ranks} | {what} | {predicted / MB:.3f} | {measured / MB:.3f} | {error:+.2f} | "
-          f"{'; '.join(diffs) if diffs else f'none: {measured} bytes exactly'} |")
-    if abs(error) > 10:
+          f"{'; '.join(diffs) if diffs else f'none: {measured} bytes exactly'} "
+          f"| {rss / MB:.1f} | {(rss - predicted) / MB:+.1f} |")
+    if diffs or predicted != measured:
         bad += 1
+print(f"peak RSS above the predicted arena: {min(excess):.1f} to {max(excess):.1f} MB")
 sys.exit(1 if bad else 0)
 EOF
 if [ "$failed" != 0 ]; then
   echo "plan_memory: FAILED"
   exit 1
 fi
-echo "plan_memory: every prediction within 10% of the measured arena"
+echo "plan_memory: every prediction equals the measured arena, per category, to the byte"

@@ -9,7 +9,8 @@ writes RUN_DIR/report.html with `strata report`, then
      points each (loss with val_loss, memory and step time with several categories);
   2. takes a screenshot and checks, pixel by pixel, that the loss and val_loss colours are on it
      (the browser really drew the curves) and that the image is not blank.
-Needs Debian's `chromium` (scripts/install_deps.sh); exits 77 (ctest: skipped) without it.
+Needs Debian's `chromium` (scripts/install_deps.sh); exits 77 (ctest: skipped) without it, or 1
+(failed) when CI is set.
 Registered in ctest (tests/CMakeLists.txt).
 """
 import html.parser
@@ -110,12 +111,20 @@ def read_png(path):
     return width, height, channels, rows
 
 
+def skip(reason):
+    """A missing dependency: skipped outside CI (exit 77, the reason printed), failed under CI."""
+    if os.environ.get("CI"):
+        print("FAILED (CI is set, so this is not a skip): " + reason)
+        sys.exit(1)
+    print("SKIP: " + reason)
+    sys.exit(77)
+
+
 def main():
     strata, src = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
     binary = chromium_binary()
     if not binary:
-        print("SKIPPED: no chromium (apt-get install chromium; scripts/install_deps.sh does)")
-        return 77
+        skip("no chromium (apt-get install chromium; scripts/install_deps.sh does)")
     work = tempfile.mkdtemp(prefix="strata_report_")
     try:
         run = os.path.join(work, "run")
