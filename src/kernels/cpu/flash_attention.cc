@@ -501,7 +501,7 @@ int64_t flash_attention_backward_bf16_scratch(int64_t b, int64_t t, int64_t nh, 
 #if STRATA_HAVE_AVX512BF16_KERNELS
   if (isa::native_bf16()) return avx512bf16::flash_backward_scratch(b, t, nh, nkv, hd, threads);
 #endif
-  return int64_t(threads_or_max(threads)) * STRATA_DISPATCH(FlashScratchPerThread)(hd, true);
+  return portable_flash_attention_backward_bf16_scratch(b, t, nh, nkv, hd, threads);
 }
 
 void flash_attention_backward_bf16(float* dqkv, float* scratch, const float* dout,

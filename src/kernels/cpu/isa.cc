@@ -20,7 +20,7 @@ namespace {
 
 // avx512_bf16 is CPUID leaf 7, sub-leaf 1, EAX bit 5. Highway 1.0's targets do not cover it, so
 // it is read here, on top of Highway's AVX3 (which also checks that the OS saves the registers).
-bool cpu_has_avx512bf16() {
+[[maybe_unused]] bool cpu_has_avx512bf16() {  // called on x86-64 only
 #if defined(__x86_64__)
   unsigned a = 0, b = 0, c = 0, d = 0;
   if (!__get_cpuid_count(7, 1, &a, &b, &c, &d)) return false;

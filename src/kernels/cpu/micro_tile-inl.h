@@ -39,6 +39,7 @@ constexpr int kNv = 2;  // micro-tile column vectors (16 columns)
 constexpr int kNv = 4;  // micro-tile column vectors (64 columns on AVX-512)
 #endif
 
+#undef STRATA_TILE_MASKED  // once per target: NEON's value differs from SVE's
 #if HWY_ARCH_X86 || HWY_TARGET == HWY_SVE || HWY_TARGET == HWY_SVE2 || \
     HWY_TARGET == HWY_SVE_256 || HWY_TARGET == HWY_SVE2_128
 #define STRATA_TILE_MASKED 1  // masked 32-bit loads and stores that touch only their lanes

@@ -34,6 +34,9 @@ using VF = hn::Vec<DF>;
 // them. x86 and SVE have masked loads and stores for 32-bit lanes; elsewhere (NEON, 16-bit lanes)
 // the tail goes through a stack buffer, since a full-width access could cross into a page that
 // is not mapped or race with the thread that owns the next element.
+// The buffer holds the target's largest vector (HWY_MAX_BYTES: 256 on SVE), not MaxLanes(d):
+// Highway 1.0's MaxLanes of a fractional SVE tag (Rebind<uint16_t, ScalableTag<float>>) is 32,
+// below its 64 lanes at SVE's 2048 bits, and the Store overran the stack there.
 template <class D>
 HWY_INLINE hn::Vec<D> LoadN(D d, const hn::TFromD<D>* HWY_RESTRICT p, size_t n) {
   using T = hn::TFromD<D>;
@@ -42,7 +45,7 @@ HWY_INLINE hn::Vec<D> LoadN(D d, const hn::TFromD<D>* HWY_RESTRICT p, size_t n) 
     HWY_TARGET == HWY_SVE_256 || HWY_TARGET == HWY_SVE2_128
   if constexpr (sizeof(T) == 4) return hn::MaskedLoad(hn::FirstN(d, n), d, p);
 #endif
-  HWY_ALIGN T buf[hn::MaxLanes(d)] = {};
+  HWY_ALIGN T buf[HWY_MAX_BYTES / sizeof(T)] = {};
   std::memcpy(buf, p, n * sizeof(T));
   return hn::Load(d, buf);
 }
@@ -55,7 +58,7 @@ HWY_INLINE void StoreN(hn::Vec<D> v, D d, hn::TFromD<D>* HWY_RESTRICT p, size_t 
     HWY_TARGET == HWY_SVE_256 || HWY_TARGET == HWY_SVE2_128
   if constexpr (sizeof(T) == 4) return hn::BlendedStore(v, hn::FirstN(d, n), d, p);
 #endif
-  HWY_ALIGN T buf[hn::MaxLanes(d)];
+  HWY_ALIGN T buf[HWY_MAX_BYTES / sizeof(T)];
   hn::Store(v, d, buf);
   std::memcpy(p, buf, n * sizeof(T));
 }
