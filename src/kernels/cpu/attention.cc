@@ -58,14 +58,7 @@ void causal_scores(float* s, int64_t lds, const float* a, int64_t lda, const flo
 void softmax_row(float* p, int64_t len, int64_t end) {
   const DF d;
   const int64_t N = int64_t(hn::Lanes(d));
-  VF mx = hn::Set(d, -INFINITY);
-  for (int64_t j = 0; j < len; j += N) {
-    const size_t left = size_t(len - j);
-    const VF x = LoadN(d, p + j, left);
-    mx = left < size_t(N) ? hn::IfThenElse(hn::FirstN(d, left), hn::Max(mx, x), mx)
-                          : hn::Max(mx, x);
-  }
-  const VF maxv = hn::Set(d, ReduceMax(d, mx));
+  const VF maxv = hn::Set(d, MaxN(d, p, len));
   VF sum = hn::Zero(d);
   for (int64_t j = 0; j < len; j += N) {
     const size_t left = size_t(len - j);

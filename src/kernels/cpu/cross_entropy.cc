@@ -20,16 +20,7 @@ namespace strata::kernels::HWY_NAMESPACE {
 namespace {
 
 float RowMax(const float* x, int64_t v) {
-  const DF d;
-  const int64_t N = int64_t(hn::Lanes(d));
-  VF mx = hn::Set(d, -INFINITY);
-  int64_t j = 0;
-  for (; j + N <= v; j += N) mx = hn::Max(mx, hn::LoadU(d, x + j));
-  if (j < v) {
-    const auto m = hn::FirstN(d, size_t(v - j));
-    mx = hn::IfThenElse(m, hn::Max(mx, LoadN(d, x + j, size_t(v - j))), mx);
-  }
-  return ReduceMax(d, mx);
+  return MaxN(DF(), x, v);
 }
 
 // Sum of exp(x - maxv) in double; if out is not null, exp(x - maxv) is stored there.

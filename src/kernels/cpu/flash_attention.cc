@@ -133,14 +133,7 @@ void online_softmax_row(float* sr, int64_t valid, float* mrow, float* lrow, floa
                         int64_t hd) {
   const DF d;
   const int64_t N = int64_t(hn::Lanes(d));
-  VF mx = hn::Set(d, -INFINITY);
-  for (int64_t j = 0; j < valid; j += N) {
-    const size_t left = size_t(valid - j);
-    const VF x = LoadN(d, sr + j, left);
-    mx = left < size_t(N) ? hn::IfThenElse(hn::FirstN(d, left), hn::Max(mx, x), mx)
-                          : hn::Max(mx, x);
-  }
-  const float mold = *mrow, mnew = std::max(mold, ReduceMax(d, mx));
+  const float mold = *mrow, mnew = std::max(mold, MaxN(d, sr, valid));
   const VF mv = hn::Set(d, mnew);
   VF sum = hn::Zero(d);
   for (int64_t j = 0; j < kBc; j += N) {

@@ -17,6 +17,7 @@
 #define STRATA_KERNELS_CPU_VEC_INL_H_
 #endif
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <hwy/highway.h>
@@ -70,6 +71,20 @@ HWY_INLINE float ReduceSum(D d, hn::Vec<D> v) {
 template <class D>
 HWY_INLINE float ReduceMax(D d, hn::Vec<D> v) {
   return hn::GetLane(hn::MaxOfLanes(d, v));
+}
+
+// max of p[0..n) (-inf for n = 0), whole vectors and a masked tail.
+template <class D>
+HWY_INLINE float MaxN(D d, const float* HWY_RESTRICT p, int64_t n) {
+  const int64_t lanes = int64_t(hn::Lanes(d));
+  auto mx = hn::Set(d, -INFINITY);
+  for (int64_t j = 0; j < n; j += lanes) {
+    const size_t left = size_t(n - j);
+    const auto x = LoadN(d, p + j, left);
+    mx = left < size_t(lanes) ? hn::IfThenElse(hn::FirstN(d, left), hn::Max(mx, x), mx)
+                              : hn::Max(mx, x);
+  }
+  return ReduceMax(d, mx);
 }
 
 // exp(x) with ~1 ulp error (Cephes expf polynomial): x = n ln2 + r, |r| <= ln2/2,

@@ -1,12 +1,10 @@
 // AVX-512 helpers of the hand-written avx512bf16 kernel (flash_attention_avx512bf16.cc, its only
 // user): the same exp, bf16 rounding and masked tails as vec-inl.h, in AVX-512 intrinsics.
 // Every other kernel uses vec-inl.h (Highway, every level).
+// Its functions get AVX-512 only from the target pragma around its one include; the build itself
+// needs no instruction set beyond the x86-64-v3 baseline.
 #pragma once
 #include <cstdint>
-
-#ifndef STRATA_AVX512BF16_REGION
-#error "vec.h is for code compiled inside flash_attention_avx512bf16.cc's AVX-512 region"
-#endif
 
 namespace strata::kernels::vec {
 
