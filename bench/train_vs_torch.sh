@@ -7,6 +7,9 @@
 #   SKIP_PYPI_TORCH=1 ...                               # only Debian's torch 1.13 as the peer
 #   TORCH_PEERS="pypi-eager pypi-compile" ...           # a subset of the peers (default: all three)
 #   STRATA_BIN=/path/to/strata STRATA_BENCH_GEMM=/path/to/bench_gemm ...  # default ./build/...
+#   STRATA_CPU_ISA=avx2 ...      # strata at the AVX2 level, and every peer capped at AVX2 too
+#                                # (ATEN_CPU_CAPABILITY, MKL_ENABLE_INSTRUCTIONS, ONEDNN_MAX_CPU_ISA,
+#                                # OpenBLAS core Haswell): an AVX2 machine emulated on a newer one
 #
 # The peers, each the same model in bench/torch_train.py:
 #   debian-1.13   Debian's python3-torch 1.13 (/usr/bin/python3): OpenMP OpenBLAS forced through
@@ -45,7 +48,7 @@ PY=/usr/bin/python3
 THREADS=2
 OPENBLAS_OMP_DIR=/usr/lib/x86_64-linux-gnu/openblas-openmp
 STRATA_BIN=${STRATA_BIN:-./build/strata}
-STRATA_BENCH_GEMM=${STRATA_BENCH_GEMM:-./build/bench_gemm}
+STRATA_BENCH_GEMM=${STRATA_BENCH_GEMM:-./build/bench/bench_gemm}
 TORCH_VENV=${STRATA_TORCH_VENV:-$HOME/.cache/strata/torch-venv}
 VPY="$TORCH_VENV/bin/python"
 TORCH_PEERS=${TORCH_PEERS:-debian-1.13 pypi-eager pypi-compile}
@@ -96,6 +99,31 @@ else
 fi
 
 want() { [[ " $TORCH_PEERS " == *" $1 "* ]]; }
+
+# A forced strata level caps the peers at the same instruction set, so that the comparison is the
+# one an AVX2 machine would see (PyTorch's ATen kernels and inductor's generated code follow
+# ATEN_CPU_CAPABILITY, MKL its own variable, oneDNN ONEDNN_MAX_CPU_ISA, 1.13's oneDNN the DNNL_
+# spelling).
+PEER_ISA=
+case "${STRATA_CPU_ISA:-}" in
+  "") ;;
+  avx2)
+    PEER_ISA=avx2
+    for e in ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2 \
+             DNNL_MAX_CPU_ISA=AVX2; do
+      TORCH_ENV+=("$e"); VENV_ENV+=("$e")
+    done
+    DEBIAN_OPENBLAS_CORETYPE=Haswell ;;
+  avx512)
+    PEER_ISA=avx512
+    for e in ATEN_CPU_CAPABILITY=avx512 MKL_ENABLE_INSTRUCTIONS=AVX512 \
+             ONEDNN_MAX_CPU_ISA=AVX512_CORE DNNL_MAX_CPU_ISA=AVX512_CORE; do
+      TORCH_ENV+=("$e"); VENV_ENV+=("$e")
+    done
+    DEBIAN_OPENBLAS_CORETYPE=SkylakeX ;;
+  *) echo "-- STRATA_CPU_ISA=$STRATA_CPU_ISA: the peers run uncapped (only avx2 and avx512 cap them)" ;;
+esac
+[[ -n "$PEER_ISA" ]] && echo "-- STRATA_CPU_ISA=$STRATA_CPU_ISA: strata and every peer capped at $PEER_ISA"
 
 echo "== $NAME: $STEPS steps (PyTorch averages steps after $WARMUP, torch.compile after" \
      "$COMPILE_WARMUP), $THREADS threads, $PRECISION; peers: $TORCH_PEERS"

@@ -27,21 +27,25 @@ TEST(VsReference, LinearForward) {
 }
 
 TEST(VsReference, LinearBackward) {
-  const int64_t n = 37, in = 53, out = 29;
-  Vec x = random_vec(n * in, 1), w = random_vec(out * in, 2), dy = random_vec(n * out, 3);
-  // dw and dbias accumulate: start them non-zero.
-  Vec dx(n * in), dw = random_vec(out * in, 4), db = random_vec(out, 5);
-  DVec wdx(n * in), wdw = to_double(dw), wdb = to_double(db);
-  ref::linear_backward<double>(wdx.data(), wdw.data(), wdb.data(), to_double(dy).data(),
-                               to_double(x).data(), to_double(w).data(), n, in, out);
-  linear_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), n, in, out);
-  EXPECT_TRUE(close(dx, wdx, kTol));
-  EXPECT_TRUE(close(dw, wdw, kTol));
-  EXPECT_TRUE(close(db, wdb, kTol));
-  // dx and dbias may be null.
-  Vec dw2 = random_vec(out * in, 4);
-  linear_backward(nullptr, dw2.data(), nullptr, dy.data(), x.data(), w.data(), n, in, out);
-  EXPECT_TRUE(close(dw2, wdw, kTol));
+  // out 157: whole column-sum blocks of the bias gradient (four vectors) at every width, then a
+  // partial one.
+  for (const int64_t out : {int64_t{29}, int64_t{157}}) {
+    const int64_t n = 37, in = 53;
+    Vec x = random_vec(n * in, 1), w = random_vec(out * in, 2), dy = random_vec(n * out, 3);
+    // dw and dbias accumulate: start them non-zero.
+    Vec dx(n * in), dw = random_vec(out * in, 4), db = random_vec(out, 5);
+    DVec wdx(n * in), wdw = to_double(dw), wdb = to_double(db);
+    ref::linear_backward<double>(wdx.data(), wdw.data(), wdb.data(), to_double(dy).data(),
+                                 to_double(x).data(), to_double(w).data(), n, in, out);
+    linear_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), n, in, out);
+    EXPECT_TRUE(close(dx, wdx, kTol)) << "out " << out;
+    EXPECT_TRUE(close(dw, wdw, kTol)) << "out " << out;
+    EXPECT_TRUE(close(db, wdb, kTol)) << "out " << out;
+    // dx and dbias may be null.
+    Vec dw2 = random_vec(out * in, 4);
+    linear_backward(nullptr, dw2.data(), nullptr, dy.data(), x.data(), w.data(), n, in, out);
+    EXPECT_TRUE(close(dw2, wdw, kTol)) << "out " << out;
+  }
 }
 
 TEST(VsReference, Embedding) {
@@ -248,7 +252,7 @@ TEST(VsReference, CrossEntropyLargeVocab) {
 }
 
 TEST(VsReference, Elementwise) {
-  const int64_t count = 1001;
+  const int64_t count = 20011;  // more than two parallel chunks, and a tail
   Vec a = random_vec(count, 1), b = random_vec(count, 2), out(count);
   DVec want(count);
   ref::add<double>(want.data(), to_double(a).data(), to_double(b).data(), count);

@@ -58,6 +58,31 @@ double CeRowStats(float* x, int64_t v, bool keep, float* maxv) {
   return RowSumExp(x, keep ? x : nullptr, v, *maxv);
 }
 
+// One row of cross_entropy_forward_backward: loss, then (softmax - onehot) * grad_scale over the
+// row in place.
+void CeRowF32(float* losses, float* logits, const int32_t* targets, int64_t i, int64_t v,
+              float grad_scale) {
+  float* x = logits + i * v;
+  const int32_t target = targets[i];
+  if (target < 0) {
+    losses[i] = 0.0f;
+    std::fill(x, x + v, 0.0f);
+    return;
+  }
+  const float x_target = x[target];  // read before the row is overwritten
+  const float maxv = RowMax(x, v);
+  const double sum = RowSumExp(x, x, v, maxv);  // exp(x - max) kept in place
+  losses[i] = float(std::log(sum) + double(maxv) - double(x_target));
+  const DF d;
+  const int64_t N = int64_t(hn::Lanes(d));
+  const VF kv = hn::Set(d, float(double(grad_scale) / sum));
+  for (int64_t j = 0; j < v; j += N) {
+    const size_t left = size_t(v - j);
+    StoreN(hn::Mul(LoadN(d, x + j, left), kv), d, x + j, left);
+  }
+  x[target] -= grad_scale;
+}
+
 // One row of cross_entropy_forward_backward_bf16 (see below): the gradient written as bf16 over
 // the row's own storage, element j at byte 2j, behind its f32 at byte 4j: each vector is loaded
 // before its (lower) store, and never overwrites a vector not yet loaded.
@@ -103,6 +128,7 @@ namespace strata::kernels {
 
 HWY_EXPORT(CeRowStats);
 HWY_EXPORT(CeRowBf16);
+HWY_EXPORT(CeRowF32);
 
 namespace {
 
@@ -147,25 +173,9 @@ double cross_entropy_forward(float* losses, const float* logits, const int32_t* 
 double cross_entropy_forward_backward(float* losses, float* logits, const int32_t* targets,
                                       int64_t n, int64_t v, float grad_scale) {
   check_targets(targets, n, v);
-  auto* row_stats = &STRATA_DISPATCH(CeRowStats);
+  auto* row_f32 = &STRATA_DISPATCH(CeRowF32);
 #pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    float* x = logits + i * v;
-    const int32_t target = targets[i];
-    if (target < 0) {
-      losses[i] = 0.0f;
-      std::fill(x, x + v, 0.0f);
-      continue;
-    }
-    const float x_target = x[target];  // read before pass 2 overwrites the row
-    float maxv = 0.0f;
-    const double sum = row_stats(x, v, true, &maxv);
-    losses[i] = float(std::log(sum) + double(maxv) - double(x_target));
-    const float k = float(double(grad_scale) / sum);
-#pragma omp simd
-    for (int64_t j = 0; j < v; ++j) x[j] *= k;
-    x[target] -= grad_scale;
-  }
+  for (int64_t i = 0; i < n; ++i) row_f32(losses, logits, targets, i, v, grad_scale);
   return total_loss(losses, targets, n);
 }
 

@@ -176,6 +176,8 @@ void add_bias(float* y, const float* bias, int64_t n, int64_t c);     // y[i, :]
 void add(float* out, const float* a, const float* b, int64_t count);  // out = a + b
 void add_inplace(float* y, const float* x, int64_t count);            // y += x
 void scale_inplace(float* y, float s, int64_t count);                 // y *= s
+// dbias[out] += column sums of dy[n, out], rows summed in order (any thread count, any level).
+void column_sum_accumulate(float* dbias, const float* dy, int64_t n, int64_t out);
 
 // ---- Optimizer ---------------------------------------------------------------------------------
 // PyTorch's AdamW, step >= 1: g' = g * grad_scale; p *= 1 - lr*wd; m = b1 m + (1-b1) g';

@@ -4,82 +4,136 @@
 // Backward: dx needs whole-row reductions (parallel over rows), while dw and dbias are sums over
 // rows (parallel over columns, so that each column's summation order is fixed). Both phases run
 // on blocks of rows, so the second phase finds the block's dy and x still in cache.
+// Compiled once per kernel level (Highway's foreach_target.h); kernels.h's functions dispatch.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/cpu/layernorm.cc"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+
 #include <algorithm>
 #include <cmath>
+#include <hwy/highway.h>
 
-#include "kernels/cpu/kernels.h"
+#include "kernels/cpu/vec-inl.h"
 
-namespace strata::kernels {
+HWY_BEFORE_NAMESPACE();
+namespace strata::kernels::HWY_NAMESPACE {
 
-void layernorm_forward(float* y, float* mean, float* rstd, const float* x, const float* w,
-                       const float* bias, int64_t n, int64_t c, float eps) {
+void LayerNormForward(float* y, float* mean, float* rstd, const float* x, const float* w,
+                      const float* bias, int64_t n, int64_t c, float eps) {
+  const DF d;
+  const int64_t N = int64_t(hn::Lanes(d));
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; ++i) {
-    const float* __restrict xr = x + i * c;
-    float* __restrict yr = y + i * c;
-    float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-    for (int64_t j = 0; j < c; ++j) sum += xr[j];
-    const float mu = sum / float(c);
-    float var = 0.0f;
-#pragma omp simd reduction(+ : var)
-    for (int64_t j = 0; j < c; ++j) var += (xr[j] - mu) * (xr[j] - mu);
+    const float* HWY_RESTRICT xr = x + i * c;
+    float* HWY_RESTRICT yr = y + i * c;
+    const float mu = RowSum(d, xr, c) / float(c);
+    const VF muv = hn::Set(d, mu);
+    // Two accumulators: the adds' latency, not the loads, bounds one.
+    VF v0 = hn::Zero(d), v1 = hn::Zero(d);
+    int64_t j = 0;
+    for (; j + 2 * N <= c; j += 2 * N) {
+      const VF a = hn::Sub(hn::LoadU(d, xr + j), muv), b = hn::Sub(hn::LoadU(d, xr + j + N), muv);
+      v0 = hn::MulAdd(a, a, v0);
+      v1 = hn::MulAdd(b, b, v1);
+    }
+    for (; j < c; j += N) {
+      const size_t left = size_t(c - j);
+      const VF a = hn::IfThenElseZero(hn::FirstN(d, left), hn::Sub(LoadN(d, xr + j, left), muv));
+      v0 = hn::MulAdd(a, a, v0);
+    }
+    const float var = ReduceSum(d, hn::Add(v0, v1));
     const float rs = 1.0f / std::sqrt(var / float(c) + eps);
-#pragma omp simd
-    for (int64_t j = 0; j < c; ++j) yr[j] = (xr[j] - mu) * rs * w[j] + bias[j];
+    const VF rsv = hn::Set(d, rs);
+    for (j = 0; j < c; j += N) {
+      const size_t left = size_t(c - j);
+      const VF xhat = hn::Mul(hn::Sub(LoadN(d, xr + j, left), muv), rsv);
+      StoreN(hn::MulAdd(xhat, LoadN(d, w + j, left), LoadN(d, bias + j, left)), d, yr + j, left);
+    }
     mean[i] = mu;
     rstd[i] = rs;
   }
 }
 
-void layernorm_backward(float* dx, float* dw, float* dbias, const float* dy, const float* x,
-                        const float* w, const float* mean, const float* rstd, int64_t n,
-                        int64_t c) {
+void LayerNormBackward(float* dx, float* dw, float* dbias, const float* dy, const float* x,
+                       const float* w, const float* mean, const float* rstd, int64_t n,
+                       int64_t c) {
   constexpr int64_t kRows = 64;  // 64 rows x 768 ch x 2 tensors x 4 B = 384 KiB: fits in L2
-  constexpr int64_t kCols = 64;  // column slice of the dw/dbias phase
+  constexpr int64_t kCols = 64;  // column slice of the dw/dbias phase (a multiple of any width)
   const int64_t col_blocks = (c + kCols - 1) / kCols;
+  const DF d;
+  const int64_t N = int64_t(hn::Lanes(d));
 #pragma omp parallel
   for (int64_t r0 = 0; r0 < n; r0 += kRows) {
     const int64_t r1 = std::min(n, r0 + kRows);
     // Phase 1: dx += rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * w.
 #pragma omp for schedule(static)
     for (int64_t i = r0; i < r1; ++i) {
-      const float* __restrict dyr = dy + i * c;
-      const float* __restrict xr = x + i * c;
-      float* __restrict dxr = dx + i * c;
-      const float mu = mean[i], rs = rstd[i];
-      float sum_g = 0.0f, sum_gx = 0.0f;
-#pragma omp simd reduction(+ : sum_g, sum_gx)
-      for (int64_t j = 0; j < c; ++j) {
-        const float g = dyr[j] * w[j];
-        sum_g += g;
-        sum_gx += g * (xr[j] - mu) * rs;
+      const float* HWY_RESTRICT dyr = dy + i * c;
+      const float* HWY_RESTRICT xr = x + i * c;
+      float* HWY_RESTRICT dxr = dx + i * c;
+      const VF muv = hn::Set(d, mean[i]), rsv = hn::Set(d, rstd[i]);
+      VF sum_g = hn::Zero(d), sum_gx = hn::Zero(d);
+      for (int64_t j = 0; j < c; j += N) {
+        // Zero-filled tails: g is 0 there, so both sums see nothing past the row.
+        const size_t left = size_t(c - j);
+        const VF g = hn::Mul(LoadN(d, dyr + j, left), LoadN(d, w + j, left));
+        const VF xhat = hn::Mul(hn::Sub(LoadN(d, xr + j, left), muv), rsv);
+        sum_g = hn::Add(sum_g, g);
+        sum_gx = hn::MulAdd(g, xhat, sum_gx);
       }
-      const float mean_g = sum_g / float(c), mean_gx = sum_gx / float(c);
-#pragma omp simd
-      for (int64_t j = 0; j < c; ++j) {
-        const float xhat = (xr[j] - mu) * rs;
-        dxr[j] += rs * (dyr[j] * w[j] - mean_g - xhat * mean_gx);
+      const VF mean_g = hn::Set(d, ReduceSum(d, sum_g) / float(c));
+      const VF mean_gx = hn::Set(d, ReduceSum(d, sum_gx) / float(c));
+      for (int64_t j = 0; j < c; j += N) {
+        const size_t left = size_t(c - j);
+        const VF g = hn::Mul(LoadN(d, dyr + j, left), LoadN(d, w + j, left));
+        const VF xhat = hn::Mul(hn::Sub(LoadN(d, xr + j, left), muv), rsv);
+        const VF t = hn::NegMulAdd(xhat, mean_gx, hn::Sub(g, mean_g));
+        StoreN(hn::MulAdd(rsv, t, LoadN(d, dxr + j, left)), d, dxr + j, left);
       }
     }  // implicit barrier: phase 2 may run on another thread's rows
        // Phase 2: dw += dy * xhat, dbias += dy, column slices, rows in order.
 #pragma omp for schedule(static)
     for (int64_t cb = 0; cb < col_blocks; ++cb) {
       const int64_t j0 = cb * kCols, width = std::min(kCols, c - j0);
-      float* __restrict dwr = dw + j0;
-      float* __restrict dbr = dbias + j0;
-      for (int64_t i = r0; i < r1; ++i) {
-        const float* __restrict dyr = dy + i * c + j0;
-        const float* __restrict xr = x + i * c + j0;
-        const float mu = mean[i], rs = rstd[i];
-#pragma omp simd
-        for (int64_t j = 0; j < width; ++j) {
-          dwr[j] += dyr[j] * ((xr[j] - mu) * rs);
-          dbr[j] += dyr[j];
+      for (int64_t j = 0; j < width; j += N) {
+        const size_t left = size_t(width - j);
+        VF dwv = LoadN(d, dw + j0 + j, left), dbv = LoadN(d, dbias + j0 + j, left);
+        for (int64_t i = r0; i < r1; ++i) {
+          const VF dyv = LoadN(d, dy + i * c + j0 + j, left);
+          const VF xhat = hn::Mul(hn::Sub(LoadN(d, x + i * c + j0 + j, left), hn::Set(d, mean[i])),
+                                  hn::Set(d, rstd[i]));
+          dwv = hn::MulAdd(dyv, xhat, dwv);
+          dbv = hn::Add(dbv, dyv);
         }
+        StoreN(dwv, d, dw + j0 + j, left);
+        StoreN(dbv, d, dbias + j0 + j, left);
       }
     }  // implicit barrier before the next block
   }
 }
 
+}  // namespace strata::kernels::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include "kernels/cpu/dispatch.h"
+#include "kernels/cpu/kernels.h"
+
+namespace strata::kernels {
+
+HWY_EXPORT(LayerNormForward);
+HWY_EXPORT(LayerNormBackward);
+
+void layernorm_forward(float* y, float* mean, float* rstd, const float* x, const float* w,
+                       const float* bias, int64_t n, int64_t c, float eps) {
+  STRATA_DISPATCH(LayerNormForward)(y, mean, rstd, x, w, bias, n, c, eps);
+}
+
+void layernorm_backward(float* dx, float* dw, float* dbias, const float* dy, const float* x,
+                        const float* w, const float* mean, const float* rstd, int64_t n,
+                        int64_t c) {
+  STRATA_DISPATCH(LayerNormBackward)(dx, dw, dbias, dy, x, w, mean, rstd, n, c);
+}
+
 }  // namespace strata::kernels
+#endif  // HWY_ONCE

@@ -22,31 +22,6 @@ void linear_forward(float* y, const float* x, const float* w, const float* bias,
   gemm(false, true, n, out, in, 1.0f, x, in, w, in, beta, y, out);
 }
 
-namespace {
-
-// dbias[out] += column sums of dy[n, out]. Parallel over column blocks so that each output has a
-// fixed summation order (rows 0..n-1), whatever the thread count; each block's partial sums stay
-// in registers while the rows stream through.
-void column_sum_accumulate(float* __restrict dbias, const float* __restrict dy, int64_t n,
-                           int64_t out) {
-  constexpr int64_t kBlock = 128;  // 8 AVX-512 accumulators
-  const int64_t blocks = (out + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static)
-  for (int64_t blk = 0; blk < blocks; ++blk) {
-    const int64_t j0 = blk * kBlock, width = std::min(kBlock, out - j0);
-    float acc[kBlock] = {};
-    for (int64_t i = 0; i < n; ++i) {
-      const float* __restrict row = dy + i * out + j0;
-#pragma omp simd
-      for (int64_t j = 0; j < width; ++j) acc[j] += row[j];
-    }
-#pragma omp simd
-    for (int64_t j = 0; j < width; ++j) dbias[j0 + j] += acc[j];
-  }
-}
-
-}  // namespace
-
 void linear_backward(float* dx, float* dw, float* dbias, const float* dy, const float* x,
                      const float* w, int64_t n, int64_t in, int64_t out) {
   if (dx) gemm(false, false, n, in, out, 1.0f, dy, out, w, in, 0.0f, dx, in);  // dx = dy w

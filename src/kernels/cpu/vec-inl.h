@@ -73,6 +73,21 @@ HWY_INLINE float ReduceMax(D d, hn::Vec<D> v) {
   return hn::GetLane(hn::MaxOfLanes(d, v));
 }
 
+// sum of p[0..n): two accumulators (one would be bound by the adds' latency), a zero-filled
+// tail, lanes added once at the end.
+template <class D>
+HWY_INLINE float RowSum(D d, const float* HWY_RESTRICT p, int64_t n) {
+  const int64_t lanes = int64_t(hn::Lanes(d));
+  auto s0 = hn::Zero(d), s1 = hn::Zero(d);
+  int64_t j = 0;
+  for (; j + 2 * lanes <= n; j += 2 * lanes) {
+    s0 = hn::Add(s0, hn::LoadU(d, p + j));
+    s1 = hn::Add(s1, hn::LoadU(d, p + j + lanes));
+  }
+  for (; j < n; j += lanes) s0 = hn::Add(s0, LoadN(d, p + j, size_t(n - j)));
+  return ReduceSum(d, hn::Add(s0, s1));
+}
+
 // max of p[0..n) (-inf for n = 0), whole vectors and a masked tail.
 template <class D>
 HWY_INLINE float MaxN(D d, const float* HWY_RESTRICT p, int64_t n) {
