@@ -34,7 +34,9 @@
 #   4. bench/torch_train.py       the peers: debian-1.13, pypi-eager, pypi-compile
 # and prints tokens/s, step time, achieved GFLOP/s (FLOPs/token = 6N + 12*L*C*T, N without the
 # position table) and the fraction of each GEMM peak, one "peer" line per peer with the
-# strata/peer ratio, and "best peer: NAME X tok/s; strata / best = R" (the fastest peer that ran).
+# strata/peer ratio, and "best peer: NAME X tok/s; strata / best = R" (the fastest peer that ran
+# and trained soundly: a peer whose first loss differs from the others' or whose last is NaN is
+# named and left out).
 # Exit status: 0 when strata and at least one peer ran, 3 when the strata side could not run
 # (the peers still reported), 1 on other errors (no peer ran).
 set -euo pipefail
@@ -348,7 +350,22 @@ for p, r in recs.items():
     print("peer %-13s %10.1f tok/s; strata / %s = %s   [%s]" % (
         p, r["tokens_per_s"], p,
         "%.2fx" % (strata_tps / r["tokens_per_s"]) if strata_tps else "n/a", how))
-best = max(recs, key=lambda p: recs[p]["tokens_per_s"])
+# A peer whose losses are not those of the others (the same model, seed and data: every sound peer
+# starts at the same loss) or not finite trained something else: its speed is shown, never the best.
+import math, statistics
+firsts = [r["loss_first"] for r in recs.values() if isinstance(r.get("loss_first"), float)]
+ref_first = statistics.median(firsts) if firsts else None
+def sound(r):
+    lf, ll = r.get("loss_first"), r.get("loss_last")
+    if not isinstance(lf, float) or not isinstance(ll, float) or not math.isfinite(ll):
+        return False
+    return ref_first is None or abs(lf - ref_first) <= 1e-3 * abs(ref_first)
+for p, r in recs.items():
+    if not sound(r):
+        print("peer %s is left out of the best: losses %s -> %s, the others start at %s" % (
+            p, r.get("loss_first"), r.get("loss_last"), ref_first))
+valid = [p for p in recs if sound(recs[p])] or list(recs)
+best = max(valid, key=lambda p: recs[p]["tokens_per_s"])
 print("best peer: %s %.1f tok/s; strata / best = %s" % (
     best, recs[best]["tokens_per_s"],
     "%.2fx" % (strata_tps / recs[best]["tokens_per_s"]) if strata_tps else "n/a"))

@@ -77,6 +77,7 @@ eval_every = 0
 lr = 3e-3
 warmup_steps = 2
 grad_clip = 0.5
+eps = 1e-3
 [data]
 source = "synthetic"
 [parallel]
