@@ -77,7 +77,7 @@ eval_every = 0
 lr = 3e-3
 warmup_steps = 2
 grad_clip = 0.5
-eps = 1e-3
+eps = 1e-3  # see norm_tolerance
 [data]
 source = "synthetic"
 [parallel]
@@ -159,22 +159,21 @@ const RunResult& reference(const Case& k, bool keep_grads = false) {
   return cache[key] = train(c, nullptr, keep_grads);
 }
 
-// The gradient norm's tolerance at step `i` (0-based). Step 1 starts from identical parameters, so
-// its norm differs only by the reductions' reassociation: the losses' tolerance. Later steps start
-// from parameters AdamW has moved apart by a few ulps and, rarely, by 2 lr: its first updates are
-// nearly sign(g), so an element whose gradient is within rounding of 0 can step either way, and a
-// 16-bit rounding that goes the other way moves every later step. The loss (a value) hardly
-// feels that; the norm (a derivative) does. Measured over the full matrix (scripts/
-// layout_matrix.sh prints each case's "[ grad_norm ]" line; 2026-12-01): step 1 up to 1.8e-8 in
-// f32 and 8.4e-5 in 16 bits (bf16 gradient reduction); later steps f32 up to
-// kNormDriftF32Measured, bf16/fp16 up to kNormDrift16Measured. The later-step tolerances leave
-// 2.4-3.4x room; a sum for a mean is off by 2x, and step 1 catches any reduction error above the
-// losses' tolerance.
-constexpr double kNormDriftF32Measured = 8.9e-4, kNormDriftF32 = 3e-3;
-constexpr double kNormDrift16Measured = 0.21, kNormDrift16 = 0.5;
-double norm_tolerance(const Case& k, size_t i) {
-  if (i == 0) return k.tolerance();
-  return k.precision == "f32" ? kNormDriftF32 : kNormDrift16;
+// The gradient norm is compared at the losses' tolerance on every step in f32, and on step 1 in
+// 16 bits. That needs AdamW's eps at 1e-3 (config_for above) rather than 1e-8: with eps far below
+// |g| the first updates are nearly lr * sign(g), so an element whose gradient is within rounding
+// of 0 steps +lr in one layout and -lr in the other. With eps = 1e-8 the norms of later steps
+// drifted apart by up to 8.9e-4 (f32) and 0.21 (16-bit) while the losses still agreed; with
+// eps = 1e-3 the update is a smooth function of g (slope at most lr / eps) and every later f32
+// step agrees to 4.4e-6 (ci subsets on 2, 4 and 8 ranks, 2026-12-02), inside the losses' 1e-5.
+// In 16 bits a master weight one f32 ulp apart can round to another bf16/fp16 value, a jump no
+// eps smooths: gpt2 stays within 4.5e-4, but the llama cases' later steps drift by up to 0.18
+// (llama tp2 dp4 sp ZeRO-2 bf16) with the losses within 5e-3. Those later steps keep a drift
+// tolerance (2.8x the largest measured); step 1, from identical weights, catches a wrong scale.
+// The layouts are what is under test, not AdamW's eps: the one-process reference uses the same.
+constexpr double kNormDrift16Measured = 0.18, kNormDrift16 = 0.5;
+double norm_tolerance(const Case& k, size_t step) {
+  return step == 0 || k.precision == "f32" ? k.tolerance() : kNormDrift16;
 }
 
 class LayoutEquivalence : public ::testing::TestWithParam<Case> {};
