@@ -43,9 +43,11 @@ void ScaleInplace(float* y, float s, int64_t count) {
   const DF d;
   const int64_t N = int64_t(hn::Lanes(d));
   const int64_t chunks = (count + kChunk - 1) / kChunk;
-  const VF sv = hn::Set(d, s);
 #pragma omp parallel for schedule(static)
   for (int64_t ch = 0; ch < chunks; ++ch) {
+    // Made inside the parallel region: an SVE vector is sizeless and cannot be shared into it
+    // (GCC 12 crashes on the attempt).
+    const VF sv = hn::Set(d, s);
     const int64_t end = std::min(count, (ch + 1) * kChunk);
     for (int64_t i = ch * kChunk; i < end; i += N) {
       const size_t left = size_t(end - i);
