@@ -3,8 +3,9 @@
 # see ci_subset in tests/parallel/test_model_parallel.cc): every (tp, pp, dp) of 2, 4 and 8 ranks,
 # sp on and off, vpp 1 and 2, GPipe / 1F1B / interleaved, each ZeRO stage, both model families,
 # each against one process over 10 steps (losses and final parameters, f32, relative <= 1e-5;
-# gradient norms at that tolerance on step 1 and within the measured drift later, each case
-# printing its "[ grad_norm ]" deviations), and the raw reduced gradients with clipping off.
+# gradient norms at that tolerance on every step, 16-bit cases on step 1 and within their
+# measured drift later, each case printing its "[ grad_norm ]" deviations), and the raw reduced
+# gradients with clipping off.
 # Exits non-zero when any case on any rank count fails (or a run dies), after running them all.
 # Usage: scripts/layout_matrix.sh [build-dir]   (15 minutes measured on a shared 2-core machine)
 set -euo pipefail
