@@ -77,7 +77,7 @@ eval_every = 0
 lr = 3e-3
 warmup_steps = 2
 grad_clip = 0.5
-eps = 1e-3  # see norm_tolerance
+eps = 1e-2  # see norm_tolerance
 [data]
 source = "synthetic"
 [parallel]
@@ -159,22 +159,17 @@ const RunResult& reference(const Case& k, bool keep_grads = false) {
   return cache[key] = train(c, nullptr, keep_grads);
 }
 
-// The gradient norm is compared at the losses' tolerance on every step in f32, and on step 1 in
-// 16 bits. That needs AdamW's eps at 1e-3 (config_for above) rather than 1e-8: with eps far below
-// |g| the first updates are nearly lr * sign(g), so an element whose gradient is within rounding
-// of 0 steps +lr in one layout and -lr in the other. With eps = 1e-8 the norms of later steps
-// drifted apart by up to 8.9e-4 (f32) and 0.21 (16-bit) while the losses still agreed; with
-// eps = 1e-3 the update is a smooth function of g (slope at most lr / eps) and every later f32
-// step agrees to 4.4e-6 (ci subsets on 2, 4 and 8 ranks, 2026-12-02), inside the losses' 1e-5.
-// In 16 bits a master weight one f32 ulp apart can round to another bf16/fp16 value, a jump no
-// eps smooths: gpt2 stays within 4.5e-4, but the llama cases' later steps drift by up to 0.18
-// (llama tp2 dp4 sp ZeRO-2 bf16) with the losses within 5e-3. Those later steps keep a drift
-// tolerance (2.8x the largest measured); step 1, from identical weights, catches a wrong scale.
-// The layouts are what is under test, not AdamW's eps: the one-process reference uses the same.
-constexpr double kNormDrift16Measured = 0.18, kNormDrift16 = 0.5;
-double norm_tolerance(const Case& k, size_t step) {
-  return step == 0 || k.precision == "f32" ? k.tolerance() : kNormDrift16;
-}
+// The gradient norm is compared at the losses' tolerance on every step. That needs AdamW's eps
+// at 1e-2 (config_for above) rather than 1e-8: with eps far below |g| the first updates are
+// nearly lr * sign(g), so an element whose gradient is within rounding of 0 steps +lr in one
+// layout and -lr in the other. With eps = 1e-8 the norms of later steps drifted apart by up to
+// 8.9e-4 (f32) and 0.21 (16-bit) while the losses still agreed; with eps = 1e-3, by 1.6e-5 (f32,
+// llama dp 4 ZeRO-1) and 0.18 (bf16). With eps = 1e-2 the update is a smooth function of g
+// (slope at most lr / eps = 0.3), rounding stays rounding, and the later steps agree within the
+// losses' tolerances (1e-5 f32, 5e-3 16-bit): over the full matrix (scripts/layout_matrix.sh,
+// 149 cases, 2026-12-02) at most 8.7e-8 in f32 and 3.1e-4 in 16 bits. The layouts are what is
+// under test, not AdamW's eps: the one-process reference uses the same.
+double norm_tolerance(const Case& k, size_t /*step*/) { return k.tolerance(); }
 
 class LayoutEquivalence : public ::testing::TestWithParam<Case> {};
 
