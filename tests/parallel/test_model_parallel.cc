@@ -169,7 +169,9 @@ const RunResult& reference(const Case& k, bool keep_grads = false) {
 // losses' tolerances (1e-5 f32, 5e-3 16-bit): over the full matrix (scripts/layout_matrix.sh,
 // 149 cases, 2026-12-02) at most 8.7e-8 in f32 and 3.1e-4 in 16 bits. The layouts are what is
 // under test, not AdamW's eps: the one-process reference uses the same.
-double norm_tolerance(const Case& k, size_t /*step*/) { return k.tolerance(); }
+double norm_tolerance(const Case& k, size_t /*step*/) {
+  return k.tolerance();
+}
 
 class LayoutEquivalence : public ::testing::TestWithParam<Case> {};
 

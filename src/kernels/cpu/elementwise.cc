@@ -4,9 +4,9 @@
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/cpu/elementwise.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
 
 #include <algorithm>
-#include <hwy/highway.h>
 
 #include "kernels/cpu/vec-inl.h"
 
@@ -121,7 +121,9 @@ HWY_EXPORT(ColumnSumAccumulate);
 void add(float* out, const float* a, const float* b, int64_t count) {
   STRATA_DISPATCH(Add)(out, a, b, count);
 }
-void add_inplace(float* y, const float* x, int64_t count) { STRATA_DISPATCH(Add)(y, y, x, count); }
+void add_inplace(float* y, const float* x, int64_t count) {
+  STRATA_DISPATCH(Add)(y, y, x, count);
+}
 void add_bias(float* y, const float* bias, int64_t n, int64_t c) {
   STRATA_DISPATCH(AddBias)(y, bias, n, c);
 }

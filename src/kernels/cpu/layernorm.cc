@@ -8,10 +8,10 @@
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/cpu/layernorm.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
 
 #include <algorithm>
 #include <cmath>
-#include <hwy/highway.h>
 
 #include "kernels/cpu/vec-inl.h"
 
@@ -55,8 +55,7 @@ void LayerNormForward(float* y, float* mean, float* rstd, const float* x, const 
 }
 
 void LayerNormBackward(float* dx, float* dw, float* dbias, const float* dy, const float* x,
-                       const float* w, const float* mean, const float* rstd, int64_t n,
-                       int64_t c) {
+                       const float* w, const float* mean, const float* rstd, int64_t n, int64_t c) {
   constexpr int64_t kRows = 64;  // 64 rows x 768 ch x 2 tensors x 4 B = 384 KiB: fits in L2
   constexpr int64_t kCols = 64;  // column slice of the dw/dbias phase (a multiple of any width)
   const int64_t col_blocks = (c + kCols - 1) / kCols;

@@ -5,10 +5,10 @@
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/cpu/rmsnorm.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
 
 #include <algorithm>
 #include <cmath>
-#include <hwy/highway.h>
 
 #include "kernels/cpu/vec-inl.h"
 
@@ -38,8 +38,7 @@ void RmsNormForward(float* y, float* rstd, const float* x, const float* w, int64
     const VF rsv = hn::Set(d, rs);
     for (j = 0; j < c; j += N) {
       const size_t left = size_t(c - j);
-      StoreN(hn::Mul(hn::Mul(LoadN(d, xr + j, left), rsv), LoadN(d, w + j, left)), d, yr + j,
-             left);
+      StoreN(hn::Mul(hn::Mul(LoadN(d, xr + j, left), rsv), LoadN(d, w + j, left)), d, yr + j, left);
     }
     rstd[i] = rs;
   }

@@ -17,10 +17,11 @@
 #define STRATA_KERNELS_CPU_VEC_INL_H_
 #endif
 
+#include <hwy/highway.h>
+
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <hwy/highway.h>
 
 HWY_BEFORE_NAMESPACE();
 namespace strata::kernels::HWY_NAMESPACE {
@@ -146,8 +147,9 @@ HWY_INLINE hn::Vec<hn::RebindToUnsigned<D>> Bf16Bits(D /*d*/, hn::Vec<D> x) {
   const auto u = hn::BitCast(du, x);
   const auto lsb = hn::And(hn::ShiftRight<16>(u), hn::Set(du, 1u));
   const auto r = hn::ShiftRight<16>(hn::Add(hn::Add(u, hn::Set(du, 0x7fffu)), lsb));
-  const auto is_nan = hn::Gt(hn::BitCast(hn::RebindToSigned<D>(), hn::And(u, hn::Set(du, 0x7fffffffu))),
-                             hn::Set(hn::RebindToSigned<D>(), 0x7f800000));
+  const auto is_nan =
+      hn::Gt(hn::BitCast(hn::RebindToSigned<D>(), hn::And(u, hn::Set(du, 0x7fffffffu))),
+             hn::Set(hn::RebindToSigned<D>(), 0x7f800000));
   const auto quiet = hn::Or(hn::ShiftRight<16>(u), hn::Set(du, 0x40u));
   return hn::IfThenElse(hn::RebindMask(du, is_nan), quiet, r);
 }
