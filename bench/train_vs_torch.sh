@@ -109,23 +109,18 @@ want() { [[ " $TORCH_PEERS " == *" $1 "* ]]; }
 PEER_ISA=
 case "${STRATA_CPU_ISA:-}" in
   "") ;;
-  avx2)
-    PEER_ISA=avx2
-    for e in ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2 \
-             DNNL_MAX_CPU_ISA=AVX2; do
-      TORCH_ENV+=("$e"); VENV_ENV+=("$e")
-    done
-    DEBIAN_OPENBLAS_CORETYPE=Haswell ;;
-  avx512)
-    PEER_ISA=avx512
-    for e in ATEN_CPU_CAPABILITY=avx512 MKL_ENABLE_INSTRUCTIONS=AVX512 \
-             ONEDNN_MAX_CPU_ISA=AVX512_CORE DNNL_MAX_CPU_ISA=AVX512_CORE; do
-      TORCH_ENV+=("$e"); VENV_ENV+=("$e")
-    done
-    DEBIAN_OPENBLAS_CORETYPE=SkylakeX ;;
+  avx2) PEER_ISA=avx2 caps=(avx2 AVX2 AVX2 Haswell) ;;
+  avx512) PEER_ISA=avx512 caps=(avx512 AVX512 AVX512_CORE SkylakeX) ;;
   *) echo "-- STRATA_CPU_ISA=$STRATA_CPU_ISA: the peers run uncapped (only avx2 and avx512 cap them)" ;;
 esac
-[[ -n "$PEER_ISA" ]] && echo "-- STRATA_CPU_ISA=$STRATA_CPU_ISA: strata and every peer capped at $PEER_ISA"
+if [[ -n "$PEER_ISA" ]]; then
+  for e in "ATEN_CPU_CAPABILITY=${caps[0]}" "MKL_ENABLE_INSTRUCTIONS=${caps[1]}" \
+           "ONEDNN_MAX_CPU_ISA=${caps[2]}" "DNNL_MAX_CPU_ISA=${caps[2]}"; do
+    TORCH_ENV+=("$e"); VENV_ENV+=("$e")
+  done
+  DEBIAN_OPENBLAS_CORETYPE=${caps[3]}
+  echo "-- STRATA_CPU_ISA=$STRATA_CPU_ISA: strata and every peer capped at $PEER_ISA"
+fi
 
 echo "== $NAME: $STEPS steps (PyTorch averages steps after $WARMUP, torch.compile after" \
      "$COMPILE_WARMUP), $THREADS threads, $PRECISION; peers: $TORCH_PEERS"

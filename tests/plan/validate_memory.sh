@@ -11,8 +11,9 @@
 # It also measures what the arena does not hold: the peak resident set of the training processes
 # (the largest rank's, from getrusage of the launcher's children) next to the planner's total.
 # The excess (code, oneDNN and Open MPI buffers, the allocator) is reported, not asserted;
-# docs/PLANNER.md states the measured range. The async-checkpoint snapshot is asserted: the first
-# case (async final save) must be 12 bytes per parameter above its synchronous twin (0.7-1.3x; measured 0.86x: the first saves reuse heap pages the start-up GEMM calibration freed).
+# docs/PLANNER.md states the measured range. The async-checkpoint snapshot is asserted: a run
+# with an async final save must peak 12 bytes per parameter above its synchronous twin (0.7-1.3x;
+# measured 0.86x: the first save reuses heap pages that the start-up GEMM calibration freed).
 #
 # (Stage 0 must be the plan's largest stage, which `strata plan` reports: the pipeline cases give it
 # the most micro-batches in flight or the most layers.)
@@ -126,7 +127,9 @@ cats = ["params", "grads", "master", "optimizer", "activations", "comm", "worksp
 MB = 1e6
 bad = 0
 excess = []
-base = snap = None
+ASYNC_CASE = "1 rank, gpt2 f32, d_model 384, async checkpoint"
+SYNC_CASE = "1 rank, gpt2 f32, d_model 384, synchronous checkpoint"
+async_run = sync_run = None
 print("| ranks | configuration | predicted MB | measured MB | error % | categories that differ (MB) "
       "| peak RSS MB | RSS - predicted MB |")
 print("|---|---|---:|---:|---:|---|---:|---:|")
@@ -144,12 +147,12 @@ for line in open(sys.argv[1]):
     error = 100.0 * (predicted - measured) / measured
     diffs = [f"{c} {given[c] / MB:.3f} vs {mem[c] / MB:.3f}" for c in cats if given[c] != mem[c]]
     rss = int(open(rss_path).read()) * 1024
-    if what == "1 rank, gpt2 f32, d_model 384, async checkpoint":
-        base = {"params": given["params"], "rss": rss}
-    if what == "1 rank, gpt2 f32, d_model 384, synchronous checkpoint":
-        snap = {"rss": rss}
-    if base is None or what != "1 rank, gpt2 f32, d_model 384, async checkpoint":
-        excess.append((rss - predicted) / MB)  # the snapshot is reported on its own, below
+    if what == ASYNC_CASE:  # holds the snapshot: reported on its own, below
+        async_run = {"params": given["params"], "rss": rss}
+    else:
+        excess.append((rss - predicted) / MB)
+    if what == SYNC_CASE:
+        sync_run = {"rss": rss}
     print(f"| {ranks} | {what} | {predicted / MB:.3f} | {measured / MB:.3f} | {error:+.2f} | "
           f"{'; '.join(diffs) if diffs else f'none: {measured} bytes exactly'} "
           f"| {rss / MB:.1f} | {(rss - predicted) / MB:+.1f} |")
@@ -157,12 +160,12 @@ for line in open(sys.argv[1]):
         bad += 1
 print(f"peak RSS above the predicted arena: {min(excess):.1f} to {max(excess):.1f} MB")
 # The asynchronous-checkpoint snapshot (parameters and both AdamW moments, f32: 12 bytes per
-# parameter on one rank) is the resident difference between the first case (async save) and its
-# synchronous twin.
-if snap is not None and base is not None:
-    n_params = base["params"] / 4
+# parameter on one rank) is the resident difference between the async run and its synchronous
+# twin.
+if async_run and sync_run:
+    n_params = async_run["params"] / 4
     want = 12 * n_params
-    got = base["rss"] - snap["rss"]
+    got = async_run["rss"] - sync_run["rss"]
     print(f"async-checkpoint snapshot: peak RSS {got / MB:+.1f} MB against 12 B x {n_params / 1e6:.3f}M"
           f" parameters = {want / MB:.1f} MB ({got / want:.2f}x)")
     if not (0.7 * want <= got <= 1.3 * want):

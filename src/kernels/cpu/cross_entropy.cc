@@ -8,10 +8,10 @@
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/cpu/cross_entropy.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
 
 #include <algorithm>
 #include <cmath>
-#include <hwy/highway.h>
 
 #include "kernels/cpu/vec-inl.h"
 
@@ -49,13 +49,23 @@ double RowSumExp(const float* x, float* out, int64_t v, float maxv) {
   return hn::GetLane(hn::SumOfLanes(dd, hn::Add(s0, s1)));
 }
 
+// -log softmax(x)[target] with the row's max and sum of exps; `exps` (x itself, or null) receives
+// exp(x - max). Returns the sum of exps.
+double RowLoss(const float* x, float* exps, int64_t v, int32_t target, float* loss) {
+  const float x_target = x[target];  // read before exps (possibly x) is written
+  const float maxv = RowMax(x, v);
+  const double sum = RowSumExp(x, exps, v, maxv);
+  *loss = float(std::log(sum) + double(maxv) - double(x_target));
+  return sum;
+}
+
 }  // namespace
 
-// Loss (and exp(x - max) kept in place when `keep`) of one row: returns the row's sum of exps
-// and sets *maxv.
-double CeRowStats(float* x, int64_t v, bool keep, float* maxv) {
-  *maxv = RowMax(x, v);
-  return RowSumExp(x, keep ? x : nullptr, v, *maxv);
+// The loss of one row (target >= 0); the row is only read.
+float CeRowLoss(const float* x, int64_t v, int32_t target) {
+  float loss = 0.0f;
+  RowLoss(x, nullptr, v, target, &loss);
+  return loss;
 }
 
 // One row of cross_entropy_forward_backward: loss, then (softmax - onehot) * grad_scale over the
@@ -69,10 +79,7 @@ void CeRowF32(float* losses, float* logits, const int32_t* targets, int64_t i, i
     std::fill(x, x + v, 0.0f);
     return;
   }
-  const float x_target = x[target];  // read before the row is overwritten
-  const float maxv = RowMax(x, v);
-  const double sum = RowSumExp(x, x, v, maxv);  // exp(x - max) kept in place
-  losses[i] = float(std::log(sum) + double(maxv) - double(x_target));
+  const double sum = RowLoss(x, x, v, target, &losses[i]);  // exp(x - max) kept in place
   const DF d;
   const int64_t N = int64_t(hn::Lanes(d));
   const VF kv = hn::Set(d, float(double(grad_scale) / sum));
@@ -96,10 +103,7 @@ void CeRowBf16(float* losses, float* logits, const int32_t* targets, int64_t i, 
     std::fill(g, g + v, uint16_t{0});
     return;
   }
-  const float maxv = RowMax(x, v);
-  const float x_target = x[target];
-  const double sum = RowSumExp(x, x, v, maxv);  // exp(x - max) kept in place
-  losses[i] = float(std::log(sum) + double(maxv) - double(x_target));
+  const double sum = RowLoss(x, x, v, target, &losses[i]);  // exp(x - max) kept in place
   const DF d;
   const hn::RebindToSigned<DF> di;
   const int64_t N = int64_t(hn::Lanes(d));
@@ -126,7 +130,7 @@ HWY_AFTER_NAMESPACE();
 
 namespace strata::kernels {
 
-HWY_EXPORT(CeRowStats);
+HWY_EXPORT(CeRowLoss);
 HWY_EXPORT(CeRowBf16);
 HWY_EXPORT(CeRowF32);
 
@@ -155,18 +159,10 @@ double total_loss(const float* losses, const int32_t* targets, int64_t n) {
 double cross_entropy_forward(float* losses, const float* logits, const int32_t* targets, int64_t n,
                              int64_t v) {
   check_targets(targets, n, v);
-  auto* row_stats = &STRATA_DISPATCH(CeRowStats);
+  auto* row_loss = &STRATA_DISPATCH(CeRowLoss);
 #pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    if (targets[i] < 0) {
-      losses[i] = 0.0f;
-      continue;
-    }
-    float* x = const_cast<float*>(logits) + i * v;  // read only: keep = false
-    float maxv = 0.0f;
-    const double sum = row_stats(x, v, false, &maxv);
-    losses[i] = float(std::log(sum) + double(maxv) - double(x[targets[i]]));
-  }
+  for (int64_t i = 0; i < n; ++i)
+    losses[i] = targets[i] < 0 ? 0.0f : row_loss(logits + i * v, v, targets[i]);
   return total_loss(losses, targets, n);
 }
 

@@ -16,44 +16,36 @@ namespace {
 
 constexpr int64_t kChunk = 8192;  // elements per parallel work item (a multiple of every width)
 
-// out[i] = op(a[i], b[i]) over [0, count), chunks in parallel. out may alias a or b: each vector
-// is read before the same vector is written.
-template <class Op>
-HWY_INLINE void Binary(float* out, const float* a, const float* b, int64_t count, Op op) {
-  const DF d;
-  const int64_t N = int64_t(hn::Lanes(d));
+// fn(i, left) for the offset i of every vector in [0, count), left = the elements from i to the
+// end of its chunk (fn's LoadN/StoreN take at most a vector of them); chunks in parallel. fn makes
+// its vectors itself, inside the parallel region: an SVE vector is sizeless and cannot be shared
+// into one (GCC 12 crashes on the attempt).
+template <class Fn>
+HWY_INLINE void ForEachVector(int64_t count, Fn fn) {
+  const int64_t N = int64_t(hn::Lanes(DF()));
   const int64_t chunks = (count + kChunk - 1) / kChunk;
 #pragma omp parallel for schedule(static)
   for (int64_t ch = 0; ch < chunks; ++ch) {
     const int64_t end = std::min(count, (ch + 1) * kChunk);
-    for (int64_t i = ch * kChunk; i < end; i += N) {
-      const size_t left = size_t(end - i);
-      StoreN(op(LoadN(d, a + i, left), LoadN(d, b + i, left)), d, out + i, left);
-    }
+    for (int64_t i = ch * kChunk; i < end; i += N) fn(i, size_t(end - i));
   }
 }
 
 }  // namespace
 
+// out may alias a or b: each vector is read before the same vector is written.
 void Add(float* out, const float* a, const float* b, int64_t count) {
-  Binary(out, a, b, count, [](VF x, VF y) { return hn::Add(x, y); });
+  const DF d;
+  ForEachVector(count, [=](int64_t i, size_t left) {
+    StoreN(hn::Add(LoadN(d, a + i, left), LoadN(d, b + i, left)), d, out + i, left);
+  });
 }
 
 void ScaleInplace(float* y, float s, int64_t count) {
   const DF d;
-  const int64_t N = int64_t(hn::Lanes(d));
-  const int64_t chunks = (count + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static)
-  for (int64_t ch = 0; ch < chunks; ++ch) {
-    // Made inside the parallel region: an SVE vector is sizeless and cannot be shared into it
-    // (GCC 12 crashes on the attempt).
-    const VF sv = hn::Set(d, s);
-    const int64_t end = std::min(count, (ch + 1) * kChunk);
-    for (int64_t i = ch * kChunk; i < end; i += N) {
-      const size_t left = size_t(end - i);
-      StoreN(hn::Mul(LoadN(d, y + i, left), sv), d, y + i, left);
-    }
-  }
+  ForEachVector(count, [=](int64_t i, size_t left) {
+    StoreN(hn::Mul(LoadN(d, y + i, left), hn::Set(d, s)), d, y + i, left);
+  });
 }
 
 void AddBias(float* y, const float* bias, int64_t n, int64_t c) {

@@ -28,23 +28,10 @@ void LayerNormForward(float* y, float* mean, float* rstd, const float* x, const 
     float* HWY_RESTRICT yr = y + i * c;
     const float mu = RowSum(d, xr, c) / float(c);
     const VF muv = hn::Set(d, mu);
-    // Two accumulators: the adds' latency, not the loads, bounds one.
-    VF v0 = hn::Zero(d), v1 = hn::Zero(d);
-    int64_t j = 0;
-    for (; j + 2 * N <= c; j += 2 * N) {
-      const VF a = hn::Sub(hn::LoadU(d, xr + j), muv), b = hn::Sub(hn::LoadU(d, xr + j + N), muv);
-      v0 = hn::MulAdd(a, a, v0);
-      v1 = hn::MulAdd(b, b, v1);
-    }
-    for (; j < c; j += N) {
-      const size_t left = size_t(c - j);
-      const VF a = hn::IfThenElseZero(hn::FirstN(d, left), hn::Sub(LoadN(d, xr + j, left), muv));
-      v0 = hn::MulAdd(a, a, v0);
-    }
-    const float var = ReduceSum(d, hn::Add(v0, v1));
+    const float var = RowSumSquaredDiff(d, xr, c, mu);
     const float rs = 1.0f / std::sqrt(var / float(c) + eps);
     const VF rsv = hn::Set(d, rs);
-    for (j = 0; j < c; j += N) {
+    for (int64_t j = 0; j < c; j += N) {
       const size_t left = size_t(c - j);
       const VF xhat = hn::Mul(hn::Sub(LoadN(d, xr + j, left), muv), rsv);
       StoreN(hn::MulAdd(xhat, LoadN(d, w + j, left), LoadN(d, bias + j, left)), d, yr + j, left);

@@ -23,20 +23,9 @@ void RmsNormForward(float* y, float* rstd, const float* x, const float* w, int64
   for (int64_t i = 0; i < n; ++i) {
     const float* HWY_RESTRICT xr = x + i * c;
     float* HWY_RESTRICT yr = y + i * c;
-    VF s0 = hn::Zero(d), s1 = hn::Zero(d);  // two accumulators: see RowSum
-    int64_t j = 0;
-    for (; j + 2 * N <= c; j += 2 * N) {
-      const VF a = hn::LoadU(d, xr + j), b = hn::LoadU(d, xr + j + N);
-      s0 = hn::MulAdd(a, a, s0);
-      s1 = hn::MulAdd(b, b, s1);
-    }
-    for (; j < c; j += N) {
-      const VF a = LoadN(d, xr + j, size_t(c - j));  // zero-filled tail
-      s0 = hn::MulAdd(a, a, s0);
-    }
-    const float rs = 1.0f / std::sqrt(ReduceSum(d, hn::Add(s0, s1)) / float(c) + eps);
+    const float rs = 1.0f / std::sqrt(RowSumSquaredDiff(d, xr, c, 0.0f) / float(c) + eps);
     const VF rsv = hn::Set(d, rs);
-    for (j = 0; j < c; j += N) {
+    for (int64_t j = 0; j < c; j += N) {
       const size_t left = size_t(c - j);
       StoreN(hn::Mul(hn::Mul(LoadN(d, xr + j, left), rsv), LoadN(d, w + j, left)), d, yr + j, left);
     }

@@ -89,6 +89,27 @@ HWY_INLINE float RowSum(D d, const float* HWY_RESTRICT p, int64_t n) {
   return ReduceSum(d, hn::Add(s0, s1));
 }
 
+// sum of (p[j] - mu)^2 over p[0..n) (mu = 0: the sum of squares), two accumulators like RowSum;
+// the tail's missing lanes are masked out (they would add mu^2).
+template <class D>
+HWY_INLINE float RowSumSquaredDiff(D d, const float* HWY_RESTRICT p, int64_t n, float mu) {
+  const int64_t lanes = int64_t(hn::Lanes(d));
+  const auto muv = hn::Set(d, mu);
+  auto s0 = hn::Zero(d), s1 = hn::Zero(d);
+  int64_t j = 0;
+  for (; j + 2 * lanes <= n; j += 2 * lanes) {
+    const auto a = hn::Sub(hn::LoadU(d, p + j), muv), b = hn::Sub(hn::LoadU(d, p + j + lanes), muv);
+    s0 = hn::MulAdd(a, a, s0);
+    s1 = hn::MulAdd(b, b, s1);
+  }
+  for (; j < n; j += lanes) {
+    const size_t left = size_t(n - j);
+    const auto a = hn::IfThenElseZero(hn::FirstN(d, left), hn::Sub(LoadN(d, p + j, left), muv));
+    s0 = hn::MulAdd(a, a, s0);
+  }
+  return ReduceSum(d, hn::Add(s0, s1));
+}
+
 // max of p[0..n) (-inf for n = 0), whole vectors and a masked tail.
 template <class D>
 HWY_INLINE float MaxN(D d, const float* HWY_RESTRICT p, int64_t n) {
