@@ -1,12 +1,11 @@
 // GEMM backend measurement on the shapes of training: for each (rows, in -> out) linear layer and
 // each of its three products (forward y = x w^T: N,T; backward dx = dy w: N,N; backward
 // dw += dy^T x: T,N), GFLOP/s of oneDNN dnnl_sgemm, the oneDNN matmul primitive, OpenBLAS
-// cblas_sgemm (loaded with dlopen, so this builds without linking OpenBLAS) and strata's gemm().
+// cblas_sgemm (gemm_openblas.cc) and strata's gemm().
 // Run with OMP_NUM_THREADS set to the cores to use. Options: --quick (rows 1024 only, fewer
 // repetitions), --pad N (add N floats to every leading dimension, to look for stride effects),
 // --cpu (time by CPU time instead of wall clock, see seconds_now), --shape IN OUT (one shape),
 // --rows N (one row count).
-#include <dlfcn.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -26,25 +25,6 @@ namespace {
 
 using GemmFn = std::function<void(bool, bool, int64_t, int64_t, int64_t, float, const float*,
                                   int64_t, const float*, int64_t, float, float*, int64_t)>;
-
-// cblas_sgemm(order, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) with the
-// CBLAS enums as ints: RowMajor = 101, NoTrans = 111, Trans = 112.
-using CblasSgemm = void (*)(int, int, int, int, int, int, float, const float*, int, const float*,
-                            int, float, float*, int);
-
-CblasSgemm load_openblas() {
-  for (const char* path : {"/usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblas.so.0",
-                           "libopenblas.so.0", "libopenblas.so"}) {
-    if (void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL)) {
-      if (void* f = dlsym(h, "cblas_sgemm")) {
-        CblasSgemm fn;
-        std::memcpy(&fn, &f, sizeof fn);
-        return fn;
-      }
-    }
-  }
-  return nullptr;
-}
 
 struct Backend {
   std::string name;
@@ -82,17 +62,15 @@ int main(int argc, char** argv) {
   std::vector<Backend> backends = {
       {"dnnl_sgemm", strata::kernels::detail::gemm_dnnl_sgemm},
       {"dnnl_matmul", strata::kernels::detail::gemm_dnnl_matmul},
+      {"dnnl_tiled", strata::kernels::detail::gemm_dnnl_sgemm_tiled},
   };
-  if (CblasSgemm cb = load_openblas()) {
-    backends.push_back({"openblas", [cb](bool ta, bool tb, int64_t m, int64_t n, int64_t k,
-                                         float alpha, const float* a, int64_t lda, const float* b,
-                                         int64_t ldb, float beta, float* c, int64_t ldc) {
-                          cb(101, ta ? 112 : 111, tb ? 112 : 111, int(m), int(n), int(k), alpha, a,
-                             int(lda), b, int(ldb), beta, c, int(ldc));
-                        }});
+  if (const auto& ob = strata::kernels::detail::openblas(); ob.sgemm) {
+    std::printf("OpenBLAS core: %s\n", ob.core.c_str());
+    backends.push_back({"openblas", strata::kernels::detail::gemm_openblas});
   } else {
-    std::printf("OpenBLAS not found, skipping it\n");
+    std::printf("skipping OpenBLAS: %s\n", ob.why_not.c_str());
   }
+  std::printf("strata's gemm(): %s\n", strata::kernels::describe_gemm_backend().c_str());
   backends.push_back({"strata(" + strata::kernels::gemm_backend() + ")", strata::kernels::gemm});
 
   struct Shape {

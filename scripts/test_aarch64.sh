@@ -83,7 +83,8 @@ apt_update_once() {
 #                           under /usr/aarch64-linux-gnu (crossbuild-essential-arm64 adds only
 #                           dpkg-cross, ~40 Perl packages and a host Perl upgrade: not needed)
 #   qemu-user-static        runs the arm64 test binaries
-#   libdnnl2:arm64          oneDNN (the GEMM backend of the kernels)
+#   libdnnl2:arm64          oneDNN (the GEMM of the bf16 path, and of the f32 one if forced)
+#   libopenblas0-openmp:arm64  OpenBLAS (the f32 GEMM on aarch64; loaded at run time, no -dev)
 #   libgtest-dev:arm64      googletest's arm64 static libraries (headers: the shared googletest)
 #   libhwy-dev:arm64        Google Highway (the portable kernels)
 # Architecture-independent, shared with the host build: nlohmann-json3-dev, libtomlplusplus-dev
@@ -105,7 +106,7 @@ apt_update_once() {
 #                           same packages they would force upgrades of their amd64 versions
 #                           (systemd's libudev1, zlib1g) in lockstep.
 # Only linking and loading libmpi.so matters here: the four suites do not call MPI.
-apt_packages=(g++-aarch64-linux-gnu qemu-user-static libdnnl2:arm64 libgtest-dev:arm64
+apt_packages=(g++-aarch64-linux-gnu qemu-user-static libdnnl2:arm64 libopenblas0-openmp:arm64 libgtest-dev:arm64
               libhwy-dev:arm64 nlohmann-json3-dev libtomlplusplus-dev googletest cmake ninja-build)
 unpacked_packages=(libdnnl-dev libopenmpi-dev libopenmpi3 libpmix2 libmunge2 libhwloc15 libudev1
                    libevent-core-2.1-7 libevent-pthreads-2.1-7 libfabric1 libibverbs1 librdmacm1

@@ -5,9 +5,10 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/isa.h"
 #include "commands.h"
 #include "core/error.h"
+#include "kernels/cpu/isa.h"
+#include "kernels/cpu/kernels.h"
 #include "plan/calibrate.h"
 #include "plan/layout_search.h"
 #include "plan/oom_report.h"
@@ -89,7 +90,8 @@ int run_plan(const PlanArgs& a) {
         {"given", planned_layout_json(given)},
         // This machine's CPU kernel level: CPU memory (bf16 operands widened below avx512bf16)
         // and --calibrate's rates are this level's.
-        {"cpu_isa", kernels::isa::name(kernels::isa::active())}};
+        {"cpu_isa", kernels::isa::name(kernels::isa::active())},
+        {"cpu_gemm", kernels::gemm_backend()}};
     if (cluster) j["cluster"] = cluster_json(*cluster);
     // Every pipeline stage's total (a run's metrics.jsonl reports rank 0, the first stage).
     j["given"]["stages"] = nlohmann::json::array();
@@ -125,8 +127,10 @@ int run_plan(const PlanArgs& a) {
                 cluster->device.name.c_str(),
                 format_bytes(static_cast<double>(cluster->device.memory_bytes)).c_str(),
                 static_cast<long long>(cluster->gpus_per_node));
-  std::printf("\nCPU kernels here: %s%s", kernels::isa::describe(kernels::isa::active()).c_str(),
-              kernels::isa::source() == std::string("cpu") ? "" : " (STRATA_CPU_ISA)");
+  std::printf("\nCPU kernels here: %s%s; GEMM %s",
+              kernels::isa::describe(kernels::isa::active()).c_str(),
+              kernels::isa::source() == std::string("cpu") ? "" : " (STRATA_CPU_ISA)",
+              kernels::describe_gemm_backend().c_str());
   std::printf("\nmodel: %s, %s parameters, %lld layers, d_model %lld, seq %lld, %s, %s attention\n",
               family_name(m.family), format_count(static_cast<double>(m.num_params())).c_str(),
               static_cast<long long>(m.n_layer), static_cast<long long>(m.d_model),

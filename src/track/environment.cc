@@ -13,6 +13,7 @@
 
 #include "io/atomic_file.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/cpu/kernels.h"
 
 #ifndef STRATA_GIT_COMMIT
 #define STRATA_GIT_COMMIT "unknown"
@@ -61,6 +62,7 @@ nlohmann::json environment_facts() {
   try {
     j["cpu_isa"] = kernels::isa::describe(kernels::isa::active());
     j["cpu_isa_source"] = kernels::isa::source();
+    j["cpu_gemm"] = kernels::describe_gemm_backend();
   } catch (const std::exception& e) {
     j["cpu_isa"] = std::string("unavailable: ") + e.what();
   }
@@ -76,8 +78,9 @@ nlohmann::json environment_facts() {
       break;
     }
   nlohmann::json vars = nlohmann::json::object();
-  for (const char* var : {"OMP_NUM_THREADS", "OMP_PROC_BIND", "OPENBLAS_CORETYPE", "GLIBC_TUNABLES",
-                          "STRATA_COMM_POLL", "STRATA_CPU_ISA", "ONEDNN_MAX_CPU_ISA", "SLURM_JOB_ID"})
+  for (const char* var :
+       {"OMP_NUM_THREADS", "OMP_PROC_BIND", "OPENBLAS_CORETYPE", "GLIBC_TUNABLES",
+        "STRATA_COMM_POLL", "STRATA_CPU_ISA", "STRATA_GEMM", "ONEDNN_MAX_CPU_ISA", "SLURM_JOB_ID"})
     if (const char* v = std::getenv(var)) vars[var] = v;
   j["env"] = vars;
   return j;

@@ -119,14 +119,14 @@ Trainer::Trainer(RunConfig config, ProcessGroups* groups, Backend* backend)
   if (is_rank0()) mlflow_ = start_mlflow(config_);  // [mlflow]
   console_ = std::make_unique<ConsoleProgress>(config_.train.log_every);
   profiler_.setup(config_.profile, config_.run.dir, groups_);  // [profile]: collective
-  log::info("model: ", family_name(config_.model.family), " ", config_.model.n_layer,
-            " layers, d_model ", config_.model.d_model, ", ", model_->params().size(),
-            " parameters; ", omp_get_max_threads(), " threads; device ", device_->description(),
-            "; GEMM ",
-            device_->backend().kind() == DeviceKind::cpu ? kernels::gemm_backend() : "cuBLASLt",
-            " at ", static_cast<int64_t>(peak_flops_ / 1e9), " GFLOP/s (", config_.train.precision,
-            "); CPU kernels ", kernels::isa::describe(kernels::isa::active()),
-            kernels::isa::source() == std::string("cpu") ? "" : " (STRATA_CPU_ISA)");
+  log::info(
+      "model: ", family_name(config_.model.family), " ", config_.model.n_layer, " layers, d_model ",
+      config_.model.d_model, ", ", model_->params().size(), " parameters; ", omp_get_max_threads(),
+      " threads; device ", device_->description(), "; GEMM ",
+      device_->backend().kind() == DeviceKind::cpu ? kernels::describe_gemm_backend() : "cuBLASLt",
+      " at ", static_cast<int64_t>(peak_flops_ / 1e9), " GFLOP/s (", config_.train.precision,
+      "); CPU kernels ", kernels::isa::describe(kernels::isa::active()),
+      kernels::isa::source() == std::string("cpu") ? "" : " (STRATA_CPU_ISA)");
 }
 
 void Trainer::build_model() {

@@ -1,11 +1,15 @@
 // GEMM: every backend, all four transpose combinations, alpha/beta, leading dimensions wider
 // than the matrices (strided views), and C's padding left untouched.
+#include <omp.h>
+
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "core/error.h"
 #include "kernel_test_util.h"
 #include "kernels/cpu/gemm_backends.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/reference.h"
 
@@ -56,9 +60,21 @@ GemmFn backend_fn(int which) {
       return gemm;
     case 1:
       return detail::gemm_dnnl_sgemm;
-    default:
+    case 2:
       return detail::gemm_dnnl_matmul;
+    case 3:
+      return detail::gemm_openblas;
+    default:
+      return detail::gemm_dnnl_sgemm_tiled;
   }
+}
+
+// OpenBLAS is one of the project's dependencies (scripts/install_deps.sh): missing, its tests
+// fail rather than skip, so that the backend the auto choice takes on AMD and aarch64 is tested.
+TEST(Gemm, OpenBlasIsInstalled) {
+  const detail::OpenBlas& ob = detail::openblas();
+  ASSERT_NE(ob.sgemm, nullptr) << ob.why_not;
+  EXPECT_FALSE(ob.core.empty());
 }
 
 TEST_P(GemmTest, AllTransposesAlphaBetaAndStrides) {
@@ -84,10 +100,48 @@ TEST_P(GemmTest, EmptyInnerDimensionScalesC) {
   EXPECT_EQ(c, (Vec{0.0f, 0.0f, 0.0f, 0.0f}));
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Backends, GemmTest, ::testing::Values(0, 1, 2), [](const ::testing::TestParamInfo<int>& p) {
-      return std::string(p.param == 0 ? "Dispatch" : p.param == 1 ? "DnnlSgemm" : "DnnlMatmul");
-    });
+std::string backend_name(const ::testing::TestParamInfo<int>& p) {
+  static const char* const kNames[] = {"Dispatch", "DnnlSgemm", "DnnlMatmul", "OpenBlas",
+                                       "DnnlTiled"};
+  return kNames[p.param];
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, GemmTest, ::testing::Values(0, 1, 2, 3, 4), backend_name);
+
+// Within one kernel level a run is bitwise the same at every thread count (kernels.h); for the
+// GEMM that holds when a library splits M and N across threads but never K. Every backend, every
+// transpose, a shape large enough to take the libraries' threaded, blocked paths. The tiled
+// backends hold it by construction at every count. oneDNN's own threading holds it at 1-4 threads
+// on AVX-512, but at the avx2 level and on aarch64 (its reference GEMM) only at 1 and 2: from 3
+// threads it splits the inner dimension (measured on a Sapphire Rapids capped at AVX2, and under
+// qemu-aarch64; docs/ARCHITECTURE.md). gemm() takes the tiled OpenBLAS on aarch64.
+TEST_P(GemmTest, ResultDoesNotDependOnThreadCount) {
+  const GemmFn fn = backend_fn(GetParam());
+  const bool tiled = fn == detail::gemm_openblas || fn == detail::gemm_dnnl_sgemm_tiled ||
+                     (fn == gemm && gemm_backend() == "openblas");
+  const isa::Level level = isa::active();
+  const bool onednn_avx512 = level == isa::Level::avx512 || level == isa::Level::avx512bf16;
+  const std::vector<int> more_threads =
+      tiled || onednn_avx512 ? std::vector<int>{2, 3, 4} : std::vector<int>{2};
+  const int64_t m = 389, n = 263, k = 517;
+  const Vec a = random_vec(m * k, 11), b = random_vec(k * n, 12);
+  const int saved = omp_get_max_threads();
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      auto run = [&](int threads) {
+        omp_set_num_threads(threads);
+        Vec c(m * n, 0.25f);
+        fn(ta, tb, m, n, k, 0.5f, a.data(), ta ? m : k, b.data(), tb ? k : n, 1.0f, c.data(), n);
+        return c;
+      };
+      const Vec one = run(1);
+      for (int threads : more_threads)
+        EXPECT_EQ(run(threads), one)
+            << "ta=" << ta << " tb=" << tb << ": " << threads << " threads";
+    }
+  }
+  omp_set_num_threads(saved);
+}
 
 TEST(Gemm, LargerShapeAgainstReference) {
   // Large enough that the libraries take their blocked, multi-threaded paths.

@@ -1,7 +1,9 @@
 // GEMM: every matrix product of the model (linear layers, tied LM head) goes through gemm().
-// Backends are oneDNN's dnnl_sgemm and its matmul primitive; bench/bench_gemm.cc measures both
-// (and OpenBLAS) on the training shapes, and use_matmul_primitive() below records the outcome.
+// Backends are oneDNN (dnnl_sgemm and its matmul primitive) and OpenBLAS (gemm_openblas.cc);
+// bench/bench_gemm.cc measures all three on the training shapes, and gemm_choice() and
+// use_matmul_primitive() below record the outcome.
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <dnnl.hpp>
 #include <list>
@@ -10,9 +12,14 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "kernels/cpu/gemm_backends.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/kernels.h"
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 
 namespace strata::kernels {
 
@@ -173,11 +180,113 @@ void gemm_dnnl_matmul(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
   }
 }
 
+// C cut into tiles whose size depends on the shape only, each tile one call of `raw` on one
+// thread (inside an OpenMP region, oneDNN and OpenBLAS's OpenMP build run on the calling thread):
+// every element of C is summed in the same order whatever the thread count. OpenBLAS needs this:
+// its own threads split the work differently at every thread count, and its results differ with
+// it (bitwise, at 1-4 threads, every transpose: GemmTest.ResultDoesNotDependOnThreadCount).
+void gemm_tiled(RawGemm raw, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                float alpha, const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
+                float* c, int64_t ldc) {
+  check_args(trans_a, trans_b, m, n, k, lda, ldb, ldc);
+  if (m == 0 || n == 0) return;
+  if (k == 0) return scale_c(m, n, beta, c, ldc);
+  constexpr int64_t kTileRows = 128, kTileCols = 1024;
+  const int64_t row_tiles = (m + kTileRows - 1) / kTileRows;
+  const int64_t tiles = row_tiles * ((n + kTileCols - 1) / kTileCols);
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < tiles; ++t) {
+    const int64_t i0 = (t % row_tiles) * kTileRows, j0 = (t / row_tiles) * kTileCols;
+    const float* a_tile = a + (trans_a ? i0 : i0 * lda);
+    const float* b_tile = b + (trans_b ? j0 * ldb : j0);
+    raw(trans_a, trans_b, std::min(kTileRows, m - i0), std::min(kTileCols, n - j0), k, alpha,
+        a_tile, lda, b_tile, ldb, beta, c + i0 * ldc + j0, ldc);
+  }
+}
+
+void gemm_openblas(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                   const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+                   int64_t ldc) {
+  gemm_tiled(openblas_sgemm, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+void gemm_dnnl_sgemm_tiled(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                           const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
+                           float* c, int64_t ldc) {
+  gemm_tiled(gemm_dnnl_sgemm, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
 }  // namespace detail
+
+namespace {
+
+enum class GemmLib { onednn, openblas };
+
+struct GemmChoice {
+  GemmLib lib;
+  std::string why;  // for the start-up line and environment.json
+};
+
+#if defined(__x86_64__)
+// AMD's "AuthenticAMD" in cpuid leaf 0 (EBX, EDX, ECX = "Auth", "enti", "cAMD").
+bool amd_cpu() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
+  return b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u;
+}
+#endif
+
+// Which library runs the f32 GEMM, by measurement (docs/PERFORMANCE.md, "GEMM backend"):
+//   * Intel x86 and AMD Zen 4/5 (AVX-512): oneDNN, the fastest or tied on the training shapes
+//     (bench_gemm on Sapphire Rapids and Zen 4, also with AVX2 forced).
+//   * AMD without AVX-512 (Zen 1-3): OpenBLAS. On a 2-core Zen 3, 2048^3 f32: OpenBLAS 147,
+//     oneDNN's dnnl_sgemm 85 GFLOP/s; PyTorch's MKL 117 (issue 18's measurements).
+//   * aarch64: OpenBLAS. Debian's oneDNN 2.6 has no JIT GEMM for Arm (no Compute Library): its
+//     sgemm and matmul run the reference C++ loops ("gemm:ref" in ONEDNN_VERBOSE), while
+//     OpenBLAS has hand-written NEON and SVE kernels per core (Neoverse N1/V1/N2, A64FX...).
+// STRATA_GEMM=onednn|openblas forces one (auto: the rule above). Where OpenBLAS is not installed
+// or runs generic kernels, auto stays on oneDNN and says why.
+GemmChoice choose_gemm() {
+  (void)isa::active();  // the level first: it may cap OpenBLAS's core (gemm_openblas.cc)
+  std::string want = "auto";
+  if (const char* env = std::getenv("STRATA_GEMM"); env && *env) want = env;
+  STRATA_CHECK(want == "auto" || want == "onednn" || want == "openblas", "STRATA_GEMM=", want,
+               " is not a GEMM backend: use onednn, openblas or auto (unset: auto)");
+  if (want == "onednn") return {GemmLib::onednn, "STRATA_GEMM"};
+  const detail::OpenBlas& ob = detail::openblas();
+  if (want == "openblas") {
+    STRATA_CHECK(ob.sgemm != nullptr, "STRATA_GEMM=openblas: ", ob.why_not,
+                 " (unset STRATA_GEMM to use oneDNN)");
+    if (!ob.why_slow.empty())
+      log::warn("STRATA_GEMM=openblas: ", ob.why_slow, "; expect it slower than oneDNN");
+    return {GemmLib::openblas, "STRATA_GEMM, core " + ob.core};
+  }
+#if defined(__aarch64__)
+  const bool prefer_openblas = true;
+  const char* rule = "aarch64";
+#else
+  const bool prefer_openblas = amd_cpu() && isa::supported().front() == isa::Level::avx2;
+  const char* rule = "AMD CPU without AVX-512";
+#endif
+  if (!prefer_openblas) return {GemmLib::onednn, "auto"};
+  if (ob.sgemm == nullptr || !ob.why_slow.empty())
+    return {GemmLib::onednn,
+            std::string("auto; not OpenBLAS: ") + (ob.sgemm ? ob.why_slow : ob.why_not)};
+  return {GemmLib::openblas, std::string("auto: ") + rule + ", core " + ob.core};
+}
+
+const GemmChoice& gemm_choice() {
+  static const GemmChoice choice = choose_gemm();  // thread-safe; a throw leaves it to the next
+  return choice;
+}
+
+}  // namespace
 
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  if (use_matmul_primitive(trans_a, trans_b, n, k)) {
+  if (gemm_choice().lib == GemmLib::openblas) {
+    detail::gemm_openblas(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  } else if (use_matmul_primitive(trans_a, trans_b, n, k)) {
     detail::gemm_dnnl_matmul(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   } else {
     detail::gemm_dnnl_sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
@@ -201,8 +310,8 @@ int64_t split_chunk(int64_t d) {
 // there at all): the operands are widened to f32 (exactly) and the f32 GEMM runs. Linear layers
 // widen into their arena scratch instead (lowp.cc); this path serves the other callers.
 void gemm_blowp_widened(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                       const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta,
-                       float* c, int64_t ldc) {
+                        const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta,
+                        float* c, int64_t ldc) {
   const int64_t a_elems = ((trans_a ? k : m) - 1) * lda + (trans_a ? m : k);
   const int64_t b_elems = ((trans_b ? n : k) - 1) * ldb + (trans_b ? k : n);
   std::vector<float> a32(static_cast<size_t>(a_elems)), b32(static_cast<size_t>(b_elems));
@@ -252,7 +361,11 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, floa
 }
 
 std::string gemm_backend() {
-  return "onednn";
+  return gemm_choice().lib == GemmLib::openblas ? "openblas" : "onednn";
+}
+
+std::string describe_gemm_backend() {
+  return gemm_backend() + " (" + gemm_choice().why + ")";
 }
 
 }  // namespace strata::kernels

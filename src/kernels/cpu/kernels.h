@@ -21,8 +21,13 @@ namespace strata::kernels {
 // lda/ldb/ldc are row strides of A, B, C as stored.
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
-// Which backend gemm uses ("onednn" or "openblas"), chosen at build time by measurement.
+// Which library gemm uses ("onednn" or "openblas"): chosen at run time per CPU by the rule in
+// gemm.cc (measured, docs/PERFORMANCE.md), or forced with STRATA_GEMM=onednn|openblas (an
+// unknown name, or OpenBLAS where it cannot be used, throws strata::Error). bf16 products at the
+// avx512bf16 level always run oneDNN's bf16 matmul.
 std::string gemm_backend();
+// The same with where the choice came from: "openblas (auto: AMD CPU without AVX-512, core zen)".
+std::string describe_gemm_backend();
 
 // ---- Low precision: bf16 / f16 storage (uint16_t), f32 accumulation (lowp.cc) ----------------
 // Round-to-nearest-even conversions, bit-identical to core/dtype.h's scalar ones (NaN stays NaN,
