@@ -5,9 +5,9 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/isa.h"
 #include "commands.h"
 #include "core/error.h"
+#include "kernels/cpu/isa.h"
 #include "plan/calibrate.h"
 #include "plan/layout_search.h"
 #include "plan/oom_report.h"

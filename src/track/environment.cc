@@ -76,8 +76,9 @@ nlohmann::json environment_facts() {
       break;
     }
   nlohmann::json vars = nlohmann::json::object();
-  for (const char* var : {"OMP_NUM_THREADS", "OMP_PROC_BIND", "OPENBLAS_CORETYPE", "GLIBC_TUNABLES",
-                          "STRATA_COMM_POLL", "STRATA_CPU_ISA", "ONEDNN_MAX_CPU_ISA", "SLURM_JOB_ID"})
+  for (const char* var :
+       {"OMP_NUM_THREADS", "OMP_PROC_BIND", "OPENBLAS_CORETYPE", "GLIBC_TUNABLES",
+        "STRATA_COMM_POLL", "STRATA_CPU_ISA", "ONEDNN_MAX_CPU_ISA", "SLURM_JOB_ID"})
     if (const char* v = std::getenv(var)) vars[var] = v;
   j["env"] = vars;
   return j;

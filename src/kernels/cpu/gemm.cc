@@ -201,8 +201,8 @@ int64_t split_chunk(int64_t d) {
 // there at all): the operands are widened to f32 (exactly) and the f32 GEMM runs. Linear layers
 // widen into their arena scratch instead (lowp.cc); this path serves the other callers.
 void gemm_blowp_widened(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                       const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta,
-                       float* c, int64_t ldc) {
+                        const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta,
+                        float* c, int64_t ldc) {
   const int64_t a_elems = ((trans_a ? k : m) - 1) * lda + (trans_a ? m : k);
   const int64_t b_elems = ((trans_b ? n : k) - 1) * ldb + (trans_b ? k : n);
   std::vector<float> a32(static_cast<size_t>(a_elems)), b32(static_cast<size_t>(b_elems));
