@@ -81,9 +81,9 @@ def strip_parentheses(text):
     return "".join(out)
 
 
-def find_table(lines, arch_rel, columns):
-    """(line index of the first row, rows as (line number, cells)) of the first table under the
-    layer heading (in that section) whose header is `columns`."""
+def find_table(lines, arch_rel, columns, required=True):
+    """The rows, as (line number, cells), of the first table in the layer heading's section whose
+    header is `columns` ([] when there is none and it is not required)."""
     start = next((i for i, l in enumerate(lines) if l.startswith(TABLE_HEADING)), None)
     if start is None:
         raise ContractError(f"{arch_rel}: no heading starting with '{TABLE_HEADING}'")
@@ -102,6 +102,8 @@ def find_table(lines, arch_rel, columns):
                     i += 1
                 return rows
         i += 1
+    if not required:
+        return []
     raise ContractError(f"{arch_rel}:{start + 1}: no table with the columns "
                         f"{' | '.join(columns)} under the layer heading")
 
@@ -151,7 +153,8 @@ def parse_table(root, arch_rel):
     if not rows:
         raise ContractError(f"{arch_rel}: the layer table has no rows")
     tests = []
-    for line, cells in find_table(lines, arch_rel, ["tests", "binary", "also links"]):
+    # The test table is optional: without it every layer test binary links its layer only.
+    for line, cells in find_table(lines, arch_rel, ["tests", "binary", "also links"], False):
         layer = cells[0].strip("` ")
         m = re.search(r"`(strata_test_\w+)`", cells[1])
         if layer not in names or not m:
