@@ -56,7 +56,7 @@ if [ ${#bad[@]} -gt 0 ]; then
   echo
   for f in "${bad[@]}"; do
     "$CLANG_FORMAT" "$f" | diff -u --label "$f" --label "$f (clang-format)" "$f" - || true
-  done | head -120
+  done | head -120 || true  # (the loop may die of SIGPIPE once head has its lines)
   echo
   echo "check_format: fix with: $CLANG_FORMAT -i ${bad[*]}"
   exit 1
