@@ -221,8 +221,8 @@ Result run_portable(const Shape& s, const U16& qkv16, const Vec& dout) {
   r.dqkv.assign(qkv16.size(), NAN);
   portable_flash_attention_forward_bf16(r.out.data(), r.lse.data(), qkv16.data(), s.b, s.t, s.nh,
                                         s.nkv, s.hd);
-  Vec scratch(
-      size_t(portable_flash_attention_backward_bf16_scratch(s.b, s.t, s.nh, s.nkv, s.hd)), NAN);
+  Vec scratch(size_t(portable_flash_attention_backward_bf16_scratch(s.b, s.t, s.nh, s.nkv, s.hd)),
+              NAN);
   portable_flash_attention_backward_bf16(r.dqkv.data(), scratch.data(), dout.data(), qkv16.data(),
                                          r.out.data(), r.lse.data(), s.b, s.t, s.nh, s.nkv, s.hd);
   return r;

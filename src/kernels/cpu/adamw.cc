@@ -4,10 +4,10 @@
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/cpu/adamw.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
 
 #include <algorithm>
 #include <cmath>
-#include <hwy/highway.h>
 
 #include "kernels/cpu/vec-inl.h"
 
@@ -66,8 +66,11 @@ void adamw_update(float* p, const float* g, float* m, float* v, int64_t count, f
   const float step_size = float(double(lr) / bc1);
   const float inv_sqrt_bc2 = float(1.0 / std::sqrt(bc2));
   const float decay = 1.0f - lr * weight_decay;
+  // clang-format 14 would break this call through a macro before its arguments.
+  // clang-format off
   STRATA_DISPATCH(AdamwUpdate)(p, g, m, v, count, beta1, beta2, eps, decay, grad_scale, step_size,
                                inv_sqrt_bc2, p_bf16);
+  // clang-format on
 }
 
 double sum_squares(const float* x, int64_t count) {

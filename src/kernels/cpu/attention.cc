@@ -8,20 +8,20 @@
 // The six products (S = Q K^T, O = P V; dP = dO V^T, dQ = dS K, dV = P^T dO, dK = dS^T Q) are
 // small (head_dim 64, a causal triangle of keys) and strided (rows of qkv), which is where
 // library GEMMs lose most: they repack both operands on every call. Here one register-tiled
-// micro-kernel (6 rows x up to 64 columns on AVX-512, 16 on AVX2; micro_tile-inl.h) computes all six directly on the
-// strided rows. Only Q K^T and dO V^T need the keys along the vector lanes; for those, 64-key
-// panels of K^T / V^T are transposed into a small buffer, once per head, and all query rows are
-// run against each panel. Every tile is trimmed to the causal triangle at 6-row granularity.
-// Compiled once per kernel level (Highway's foreach_target.h); kernels.h's functions dispatch.
+// micro-kernel (6 rows x up to 64 columns on AVX-512, 16 on AVX2; micro_tile-inl.h) computes all
+// six directly on the strided rows. Only Q K^T and dO V^T need the keys along the vector lanes; for
+// those, 64-key panels of K^T / V^T are transposed into a small buffer, once per head, and all
+// query rows are run against each panel. Every tile is trimmed to the causal triangle at 6-row
+// granularity. Compiled once per kernel level (Highway's foreach_target.h); kernels.h's functions
+// dispatch.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/cpu/attention.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
-
+#include <hwy/highway.h>
 #include <omp.h>
 
 #include <algorithm>
 #include <cmath>
-#include <hwy/highway.h>
 
 #include "core/error.h"
 #include "kernels/cpu/micro_tile-inl.h"
@@ -83,7 +83,7 @@ void check_shapes(int64_t nh, int64_t nkv, int64_t hd) {
 }  // namespace
 
 void AttentionForward(float* out, float* probs, const float* qkv, int64_t b, int64_t t, int64_t nh,
-                       int64_t nkv, int64_t hd) {
+                      int64_t nkv, int64_t hd) {
   check_shapes(nh, nkv, hd);
   const int64_t row = (nh + 2 * nkv) * hd, ldo = nh * hd, group = nh / nkv;
   const float scale = 1.0f / std::sqrt(float(hd));
@@ -111,8 +111,8 @@ void AttentionForward(float* out, float* probs, const float* qkv, int64_t b, int
 }
 
 void AttentionBackward(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                        const float* probs, int64_t b, int64_t t, int64_t nh, int64_t nkv,
-                        int64_t hd) {
+                       const float* probs, int64_t b, int64_t t, int64_t nh, int64_t nkv,
+                       int64_t hd) {
   check_shapes(nh, nkv, hd);
   const int64_t row = (nh + 2 * nkv) * hd, ldo = nh * hd, group = nh / nkv;
   const float scale = 1.0f / std::sqrt(float(hd));

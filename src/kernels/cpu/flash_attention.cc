@@ -33,12 +33,11 @@
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/cpu/flash_attention.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
-
+#include <hwy/highway.h>
 #include <omp.h>
 
 #include <algorithm>
 #include <cmath>
-#include <hwy/highway.h>
 #include <type_traits>
 #include <vector>
 
@@ -164,8 +163,8 @@ void forward(float* out, float* lse, const In* qkv, int64_t b, int64_t t, int64_
 #pragma omp parallel
   {
     // The bf16 kernel's widened q, k, v blocks follow the f32 tiles.
-    std::vector<float> buf(size_t(hd * (kBc + kBr) + kBr * kBc + 2 * kBr +
-                                  (kBf16 ? hd * (kBr + 2 * kBc) : 0)));
+    std::vector<float> buf(
+        size_t(hd * (kBc + kBr) + kBr * kBc + 2 * kBr + (kBf16 ? hd * (kBr + 2 * kBc) : 0)));
     float* panel = buf.data();      // K^T of one key block [hd][kB]
     float* acc = panel + kBc * hd;  // O accumulator [kBr][hd]
     float* s = acc + kBr * hd;      // scores / probabilities [kBr][kBc]
@@ -345,7 +344,8 @@ void backward(float* dqkv, float* scratch, const float* dout, const In* qkv, con
       const In* base = qkv + bi * t * ld;
       int64_t ldk = 0, ldv = 0, ldq = 0, lddo = 0;
       const float* kblk = block_rows(tl.kw, base + j0 * ld + (nh + kvh) * hd, ld, w, hd, &ldk);
-      const float* vblk = block_rows(tl.vw, base + j0 * ld + (nh + nkv + kvh) * hd, ld, w, hd, &ldv);
+      const float* vblk =
+          block_rows(tl.vw, base + j0 * ld + (nh + nkv + kvh) * hd, ld, w, hd, &ldv);
       pack_transposed(tl.pk, kblk, ldk, 0, w, hd, kB);
       pack_transposed(tl.pv, vblk, ldv, 0, w, hd, kB);
       std::fill(tl.g1, tl.g1 + kB * hd, 0.0f);
@@ -403,8 +403,8 @@ void backward(float* dqkv, float* scratch, const float* dout, const In* qkv, con
             block_rows(tl.vw, base + j0 * ld + (nh + nkv + kvh) * hd, ld, w, hd, &ldv);
         pack_transposed(tl.pk, kblk, ldk, 0, w, hd, kB);
         pack_transposed(tl.pv, vblk, ldv, 0, w, hd, kB);
-        block_probs_and_ds(tl, q, ldq, dout_b, lddo, lse + (bi * nh + h) * t + i0, i0, m, j0, w,
-                           hd, scale);
+        block_probs_and_ds(tl, q, ldq, dout_b, lddo, lse + (bi * nh + h) * t + i0, i0, m, j0, w, hd,
+                           scale);
         if (kBf16) round_bf16(tl.dp, m * kB);  // dS -> bf16 for dQ
         for (int64_t r0 = 0; r0 < m; r0 += kMr) {
           const int64_t mm = std::min<int64_t>(kMr, m - r0);
@@ -507,9 +507,8 @@ void flash_attention_backward_bf16(float* dqkv, float* scratch, const float* dou
   STRATA_DISPATCH(FlashBackwardBf16)(dqkv, scratch, dout, qkv16, out, lse, b, t, nh, nkv, hd);
 }
 
-void portable_flash_attention_forward_bf16(float* out, float* lse, const uint16_t* qkv16,
-                                           int64_t b, int64_t t, int64_t nh, int64_t nkv,
-                                           int64_t hd) {
+void portable_flash_attention_forward_bf16(float* out, float* lse, const uint16_t* qkv16, int64_t b,
+                                           int64_t t, int64_t nh, int64_t nkv, int64_t hd) {
   STRATA_DISPATCH(FlashForwardBf16)(out, lse, qkv16, b, t, nh, nkv, hd);
 }
 int64_t portable_flash_attention_backward_bf16_scratch(int64_t /*b*/, int64_t /*t*/, int64_t /*nh*/,

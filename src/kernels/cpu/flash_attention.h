@@ -41,9 +41,8 @@ void flash_attention_backward_bf16(float* dqkv, float* scratch, const float* dou
 
 // The portable bf16 kernel whatever the level: the fallback of the hand-tiled avx512bf16 kernel
 // and its reference in the tests (the functions above choose between them).
-void portable_flash_attention_forward_bf16(float* out, float* lse, const uint16_t* qkv16,
-                                           int64_t b, int64_t t, int64_t nh, int64_t nkv,
-                                           int64_t hd);
+void portable_flash_attention_forward_bf16(float* out, float* lse, const uint16_t* qkv16, int64_t b,
+                                           int64_t t, int64_t nh, int64_t nkv, int64_t hd);
 int64_t portable_flash_attention_backward_bf16_scratch(int64_t b, int64_t t, int64_t nh,
                                                        int64_t nkv, int64_t hd, int threads = 0);
 void portable_flash_attention_backward_bf16(float* dqkv, float* scratch, const float* dout,

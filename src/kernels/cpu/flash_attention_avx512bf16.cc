@@ -22,6 +22,8 @@
 // leak into code that other CPUs run), and it is called only when isa::native_bf16(). It stays
 // hand-written because vdpbf16ps has no portable spelling in Highway 1.0; flash_attention.cc's
 // portable bf16 kernel is its fallback and its reference in the tests.
+#include "kernels/cpu/flash_attention_avx512bf16.h"
+
 #include <omp.h>
 
 #include <algorithm>
@@ -31,7 +33,6 @@
 #include <vector>
 
 #include "core/error.h"
-#include "kernels/cpu/flash_attention_avx512bf16.h"
 
 #if STRATA_HAVE_AVX512BF16_KERNELS  // the whole file: x86-64 only
 

@@ -5,10 +5,9 @@
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/cpu/gelu.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
 
 #include <algorithm>
-
-#include <hwy/highway.h>
 
 #include "kernels/cpu/vec-inl.h"
 
@@ -68,8 +67,7 @@ void GeluBackward(float* dx, const float* x, const float* dy, int64_t count) {
       const VF xv = LoadN(d, x + i, n);
       const VF x2 = hn::Mul(xv, xv);
       const VF k2 = hn::Set(d, kTwoScale);
-      const VF u2 =
-          hn::Mul(hn::Mul(xv, k2), hn::MulAdd(x2, hn::Set(d, kCube), hn::Set(d, 1.0f)));
+      const VF u2 = hn::Mul(hn::Mul(xv, k2), hn::MulAdd(x2, hn::Set(d, kCube), hn::Set(d, 1.0f)));
       const VF s = Sigmoid(d, u2);
       const VF du2 = hn::Mul(k2, hn::MulAdd(x2, hn::Set(d, 3.0f * kCube), hn::Set(d, 1.0f)));
       const VF s1 = hn::Mul(s, hn::Sub(hn::Set(d, 1.0f), s));  // s (1 - s)

@@ -2,11 +2,12 @@
 // asks for, and the two libraries told to stay at that level (Highway's dispatch and oneDNN's JIT).
 #include "kernels/cpu/isa.h"
 
+#include <hwy/highway.h>  // HWY_TARGETS
+#include <hwy/targets.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <dnnl.hpp>
-#include <hwy/highway.h>  // HWY_TARGETS
-#include <hwy/targets.h>
 
 #include "core/error.h"
 

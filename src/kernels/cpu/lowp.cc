@@ -12,9 +12,9 @@
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/cpu/lowp.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
 
 #include <algorithm>
-#include <hwy/highway.h>
 
 #include "kernels/cpu/vec-inl.h"
 

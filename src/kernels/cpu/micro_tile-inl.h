@@ -18,10 +18,11 @@
 #define STRATA_KERNELS_CPU_MICRO_TILE_INL_H_
 #endif
 
+#include <hwy/highway.h>
+
 #include <algorithm>
 #include <array>
 #include <cstdint>
-#include <hwy/highway.h>
 #include <utility>
 
 #include "kernels/cpu/vec-inl.h"
@@ -75,14 +76,15 @@ HWY_NOINLINE void MicroTile(int64_t kdim, const float* HWY_RESTRICT a, int64_t a
     const float* bp = b + p * b_rs;
     const auto b0 = NV == 1 ? STRATA_LOAD_LAST(bp) : hn::LoadU(d, bp);
     const auto b1 = NV < 2 ? zero : NV == 2 ? STRATA_LOAD_LAST(bp + N) : hn::LoadU(d, bp + N);
-    const auto b2 =
-        NV < 3 ? zero : NV == 3 ? STRATA_LOAD_LAST(bp + 2 * N) : hn::LoadU(d, bp + 2 * N);
+    const auto b2 = NV < 3    ? zero
+                    : NV == 3 ? STRATA_LOAD_LAST(bp + 2 * N)
+                              : hn::LoadU(d, bp + 2 * N);
     const auto b3 = NV < 4 ? zero : STRATA_LOAD_LAST(bp + 3 * N);
     const float* ap = a + p * a_cs;
-#define STRATA_TILE_ROW(i)                                    \
-  if constexpr (MR > i) {                                     \
-    const auto av = hn::Set(d, ap[i * a_rs]);                 \
-    c##i##0 = hn::MulAdd(av, b0, c##i##0);                    \
+#define STRATA_TILE_ROW(i)                                       \
+  if constexpr (MR > i) {                                        \
+    const auto av = hn::Set(d, ap[i * a_rs]);                    \
+    c##i##0 = hn::MulAdd(av, b0, c##i##0);                       \
     if constexpr (NV > 1) c##i##1 = hn::MulAdd(av, b1, c##i##1); \
     if constexpr (NV > 2) c##i##2 = hn::MulAdd(av, b2, c##i##2); \
     if constexpr (NV > 3) c##i##3 = hn::MulAdd(av, b3, c##i##3); \
@@ -96,17 +98,17 @@ HWY_NOINLINE void MicroTile(int64_t kdim, const float* HWY_RESTRICT a, int64_t a
 #undef STRATA_TILE_ROW
   }
   const auto al = hn::Set(d, alpha);
-#define STRATA_TILE_STORE(i, v)                                              \
-  if constexpr (MR > i && NV > v) {                                          \
-    float* cv = c + i * ldc + v * N;                                         \
-    auto r = hn::Mul(c##i##v, al);                                           \
-    if (v == NV - 1) {                                                       \
-      if (accumulate) r = hn::Add(r, STRATA_LOAD_LAST(cv));                  \
-      STRATA_STORE_LAST(r, cv);                                              \
-    } else {                                                                 \
-      if (accumulate) r = hn::Add(r, hn::LoadU(d, cv));                      \
-      hn::StoreU(r, d, cv);                                                  \
-    }                                                                        \
+#define STRATA_TILE_STORE(i, v)                             \
+  if constexpr (MR > i && NV > v) {                         \
+    float* cv = c + i * ldc + v * N;                        \
+    auto r = hn::Mul(c##i##v, al);                          \
+    if (v == NV - 1) {                                      \
+      if (accumulate) r = hn::Add(r, STRATA_LOAD_LAST(cv)); \
+      STRATA_STORE_LAST(r, cv);                             \
+    } else {                                                \
+      if (accumulate) r = hn::Add(r, hn::LoadU(d, cv));     \
+      hn::StoreU(r, d, cv);                                 \
+    }                                                       \
   }
 #define STRATA_TILE_STORE_ROW(i) \
   STRATA_TILE_STORE(i, 0) STRATA_TILE_STORE(i, 1) STRATA_TILE_STORE(i, 2) STRATA_TILE_STORE(i, 3)

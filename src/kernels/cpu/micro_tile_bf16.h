@@ -191,4 +191,3 @@ inline void round_pack_row_pairs(uint32_t* __restrict dst, int64_t ldd, const fl
 }
 
 }  // namespace strata::kernels::tiles
-
