@@ -67,6 +67,8 @@ int main(int argc, char** argv) {
   if (const auto& ob = strata::kernels::detail::openblas(); ob.sgemm) {
     std::printf("OpenBLAS core: %s\n", ob.core.c_str());
     backends.push_back({"openblas", strata::kernels::detail::gemm_openblas});
+    // OpenBLAS's own threading (what gemm_openblas's fixed tiles replace), for the comparison.
+    backends.push_back({"openblas_own", strata::kernels::detail::openblas_sgemm});
   } else {
     std::printf("skipping OpenBLAS: %s\n", ob.why_not.c_str());
   }

@@ -567,8 +567,10 @@ double Trainer::run() {
     }
     write_metrics(r, tps, mfu, v);
     if (is_rank0())
-      console_->update(
-          {r.step, t.steps, r.loss, r.lr, r.grad_norm, tokens_per_step / smoothed, mfu, smoothed});
+      // The line's tokens/s and MFU both from the smoothed step time (metrics.jsonl keeps each
+      // step's own): one slow or fast step does not swing the MFU shown past the rate beside it.
+      console_->update({r.step, t.steps, r.loss, r.lr, r.grad_norm, tokens_per_step / smoothed,
+                        mfu * r.seconds / smoothed, smoothed});
     // A save in flight is committed as soon as every rank's file is written.
     poll_checkpoint(false);
     const bool due =
