@@ -6,7 +6,8 @@
 #
 # Where the arm64 files are:
 #   /usr/aarch64-linux-gnu      the cross toolchain's own sysroot (libc, libstdc++, libgomp)
-#   /usr/lib/aarch64-linux-gnu  arm64 multiarch packages (libdnnl2, libgtest-dev, libhwy-dev)
+#   /usr/lib/aarch64-linux-gnu  arm64 multiarch packages (libdnnl2, libgtest-dev, libhwy-dev,
+#                               libxxhash-dev)
 #   STRATA_AARCH64_EXTRA_ROOT   (default /opt/strata-aarch64) arm64 packages that cannot be
 #                               co-installed next to their amd64 versions with dpkg, unpacked
 #                               there as <root>/usr/...: libdnnl-dev (its dnnl_config.h differs

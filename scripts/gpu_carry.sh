@@ -8,11 +8,12 @@
 #   bash scripts/gpu_carry.sh            # -> .gpu-carry/debs/*.deb, .gpu-carry/MANIFEST.txt
 #
 # What is carried (the roots; the closure is computed from the ELF files, below):
-#   build: libdnnl-dev nlohmann-json3-dev libtomlplusplus-dev libcli11-dev libgtest-dev
-#          libsqlite3-dev libopenmpi-dev, pkgconf (find_package(PkgConfig) needs the binary)
-#   run:   libdnnl2, openmpi-bin (orterun = mpirun, orted, opal_wrapper = mpicxx),
-#          openmpi-common (help files, wrapper data), libopenmpi3 (libmpi and the MCA plugins),
-#          libpmix2, and whatever shared libraries those need, recursively.
+#   build: libdnnl-dev libhwy-dev libxxhash-dev nlohmann-json3-dev libtomlplusplus-dev
+#          libcli11-dev libgtest-dev libsqlite3-dev libopenmpi-dev, pkgconf (find_package(PkgConfig)
+#          needs the binary)
+#   run:   libdnnl2, libhwy1, libxxhash0, openmpi-bin (orterun = mpirun, orted, opal_wrapper =
+#          mpicxx), openmpi-common (help files, wrapper data), libopenmpi3 (libmpi and the MCA
+#          plugins), libpmix2, and whatever shared libraries those need, recursively.
 #
 # The closure rule (ELF, not apt's Depends: apt's closure of these roots is ~400 MB of
 # compilers, Fortran and interconnect stacks). Every ELF file of the extracted packages is read
@@ -33,7 +34,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 CARRY=.gpu-carry
 DEBS=$CARRY/debs
-ROOTS=(libdnnl-dev libdnnl2 libhwy-dev libhwy1 nlohmann-json3-dev libtomlplusplus-dev libtomlplusplus3 libcli11-dev
+ROOTS=(libdnnl-dev libdnnl2 libhwy-dev libhwy1 libxxhash-dev libxxhash0 nlohmann-json3-dev
+       libtomlplusplus-dev libtomlplusplus3 libcli11-dev
        libgtest-dev libsqlite3-dev libsqlite3-0 libopenmpi-dev libopenmpi3 openmpi-bin
        openmpi-common libpmix2 pkgconf pkgconf-bin libpkgconf3)
 BASE_RE='^(libc|libm|libmvec|libpthread|libdl|librt|libutil|libresolv|libanl|ld-linux-x86-64|libstdc\+\+|libgcc_s|libgomp|libz)\.so'

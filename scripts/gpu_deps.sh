@@ -61,6 +61,7 @@ deps_missing() {
   local m=()
   { _deps_have_header oneapi/dnnl/dnnl.hpp && _deps_have_lib libdnnl.so; } || m+=(oneDNN)
   { _deps_have_header hwy/highway.h && _deps_have_lib libhwy.so; } || m+=(Highway)
+  { _deps_have_header xxhash.h && _deps_have_lib libxxhash.so; } || m+=(xxHash)
   { _deps_have_header gtest/gtest.h && { _deps_have_lib libgtest.a || _deps_have_lib libgtest.so; }; } ||
     m+=(GTest)
   _deps_have_header nlohmann/json.hpp || m+=(nlohmann_json)
@@ -281,7 +282,8 @@ deps_report() {
   local cache=$1/CMakeCache.txt v path origin
   [ -f "$cache" ] || { echo "deps_report: no $cache"; return 1; }
   printf '%-24s %-9s %s\n' dependency origin path
-  for v in DNNL_LIB HWY_INCLUDE HWY_LIB GTest_DIR nlohmann_json_DIR TOMLPP_INCLUDE CLI11_INCLUDE SQLite3_INCLUDE_DIR \
+  for v in DNNL_LIB HWY_INCLUDE HWY_LIB XXHASH_INCLUDE XXHASH_LIB GTest_DIR nlohmann_json_DIR \
+           TOMLPP_INCLUDE CLI11_INCLUDE SQLite3_INCLUDE_DIR \
            SQLite3_LIBRARY MPI_CXX_COMPILER MPI_mpi_LIBRARY MPI_mpi_cxx_LIBRARY MPIEXEC_EXECUTABLE \
            PKG_CONFIG_EXECUTABLE CMAKE_CUDA_COMPILER NCCL_INCLUDE NCCL_LIB CUDA_cudart_LIBRARY \
            CUDA_cublasLt_LIBRARY; do

@@ -10,6 +10,7 @@ packages=(
   googletest libgtest-dev libbenchmark-dev
   libsqlite3-dev                           # the model registry's index (strata registry)
   libhwy-dev                               # Google Highway: the kernels' SIMD, chosen at run time
+  libxxhash-dev                            # xxHash: checkpoint and file checksums (XXH64, XXH3)
   qemu-user-static                         # the kernel suite on an emulated AVX2-only CPU
   openmpi-bin libopenmpi-dev libpmix-dev   # the CPU communication engine (PMIx for srun)
   slurm-wlm munge                          # single-node SLURM for the launcher tests

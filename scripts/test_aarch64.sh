@@ -87,6 +87,7 @@ apt_update_once() {
 #   libopenblas0-openmp:arm64  OpenBLAS (the f32 GEMM on aarch64; loaded at run time, no -dev)
 #   libgtest-dev:arm64      googletest's arm64 static libraries (headers: the shared googletest)
 #   libhwy-dev:arm64        Google Highway (the portable kernels)
+#   libxxhash-dev:arm64     xxHash (the io layer's checksums)
 # Architecture-independent, shared with the host build: nlohmann-json3-dev, libtomlplusplus-dev
 # (header-only), googletest.
 #
@@ -106,8 +107,9 @@ apt_update_once() {
 #                           same packages they would force upgrades of their amd64 versions
 #                           (systemd's libudev1, zlib1g) in lockstep.
 # Only linking and loading libmpi.so matters here: the four suites do not call MPI.
-apt_packages=(g++-aarch64-linux-gnu qemu-user-static libdnnl2:arm64 libopenblas0-openmp:arm64 libgtest-dev:arm64
-              libhwy-dev:arm64 nlohmann-json3-dev libtomlplusplus-dev googletest cmake ninja-build)
+apt_packages=(g++-aarch64-linux-gnu qemu-user-static libdnnl2:arm64 libopenblas0-openmp:arm64
+              libgtest-dev:arm64 libhwy-dev:arm64 libxxhash-dev:arm64 nlohmann-json3-dev
+              libtomlplusplus-dev googletest cmake ninja-build)
 unpacked_packages=(libdnnl-dev libopenmpi-dev libopenmpi3 libpmix2 libmunge2 libhwloc15 libudev1
                    libevent-core-2.1-7 libevent-pthreads-2.1-7 libfabric1 libibverbs1 librdmacm1
                    libnl-3-200 libnl-route-3-200 libucx0 libnuma1 zlib1g)

@@ -31,21 +31,26 @@ nlohmann::json read_json(const fs::path& path, const std::string& what) {
 nlohmann::json read_index(const std::string& dir) {
   const fs::path path = fs::path(dir) / "index.json";
   STRATA_CHECK(fs::exists(path), "'", dir,
-               "' has no index.json: not a strata checkpoint (format v2), or an incomplete one");
+               "' has no index.json: not a strata checkpoint (format v2 or v3), or an incomplete "
+               "one");
   nlohmann::json index = read_json(path, "checkpoint index");
   STRATA_CHECK(index.contains("slices") && index["slices"].is_array(), "checkpoint index '",
                path.string(), "' has no slice list");
   return index;
 }
 
-// The line of one slice in the canonical listing.
+// The line of one slice in the canonical listing. An XXH64 digest (format v2) is written as it
+// was before v3, so that a v2 checkpoint keeps its content hash; an XXH3 one is prefixed "xxh3:".
 std::string slice_line(const nlohmann::json& s) {
   try {
+    const io::RecordedChecksum sum = io::recorded_checksum(s);
+    const std::string digest =
+        cat(sum.algorithm == io::Checksum::xxh64 ? "" : "xxh3:", io::hex64(sum.value));
     return cat(s.at("tensor").get<std::string>(), '\t', s.at("global_shape").dump(), '\t',
                s.at("block_shape").dump(), '\t', s.at("slice_dim").get<int64_t>(), '\t',
                s.at("slice_begin").get<int64_t>(), '\t', s.at("begin").get<int64_t>(), '\t',
-               s.at("count").get<int64_t>(), '\t', s.at("xxh64").get<std::string>(), '\n');
-  } catch (const nlohmann::json::exception& e) {
+               s.at("count").get<int64_t>(), '\t', digest, '\n');
+  } catch (const std::exception& e) {
     fail("checkpoint index: malformed slice ", s.dump().substr(0, 120), " (", e.what(), ")");
   }
 }
@@ -120,12 +125,12 @@ void verify_slices(const std::string& dir) {
     const io::TensorInfo info = it->second.info(key);
     buf.resize(info.bytes);
     it->second.read_into(key, buf.data(), buf.size());
-    io::XxHash64 h;
-    h.update(buf.data(), buf.size());
-    const std::string expected = s.at("xxh64").get<std::string>();
-    STRATA_CHECK(io::hex64(h.finish()) == expected, "checkpoint file '", path.string(),
-                 "': slice '", key, "' does not match its checksum in index.json (expected ",
-                 expected, ", found ", io::hex64(h.finish()), "): the file is damaged");
+    const io::RecordedChecksum expected = io::recorded_checksum(s);
+    const uint64_t found = io::checksum(expected.algorithm, buf.data(), buf.size());
+    STRATA_CHECK(found == expected.value, "checkpoint file '", path.string(), "': slice '", key,
+                 "' does not match its checksum in index.json (",
+                 io::checksum_name(expected.algorithm), " expected ", io::hex64(expected.value),
+                 ", found ", io::hex64(found), "): the file is damaged");
   }
 }
 

@@ -14,7 +14,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr const char* kFormat = "strata-checkpoint-v2";
+// v3: each slice's checksum is XXH3 ("xxh3" in index.json). v2 (XXH64, "xxh64") still loads;
+// the bump makes a strata from before v3 refuse a v3 checkpoint by its format, not by a key.
+constexpr const char* kFormat = "strata-checkpoint-v3";
+constexpr const char* kFormatV2 = "strata-checkpoint-v2";
 
 std::string step_dir_name(int64_t step) {
   char buf[32];
@@ -120,8 +123,9 @@ std::vector<SliceEntry> read_checkpoint_index(const std::string& dir) {
   std::vector<SliceEntry> entries;
   try {
     const nlohmann::json j = nlohmann::json::parse(io::read_file(path));
-    STRATA_CHECK(j.value("format", "") == kFormat, "'", path, "' is not a ", kFormat,
-                 " index (format '", j.value("format", ""), "')");
+    const std::string format = j.value("format", "");
+    STRATA_CHECK(format == kFormat || format == kFormatV2, "'", path, "' is not a ", kFormat,
+                 " or ", kFormatV2, " index (format '", format, "')");
     for (const nlohmann::json& e : j.at("slices")) entries.push_back(slice_from_json(e));
   } catch (const std::exception& e) {
     throw CheckpointCorrupt(path, cat("checkpoint index '", path, "' is unreadable: ", e.what()));

@@ -55,10 +55,8 @@ std::string slice_key(const SliceEntry& e) {
   return cat(e.tensor, "@", e.slice_dim, ":", e.slice_begin, "/", e.begin);
 }
 
-uint64_t checksum_of(const float* data, int64_t count) {
-  io::XxHash64 h;
-  h.update(data, static_cast<size_t>(count) * sizeof(float));
-  return h.finish();
+uint64_t checksum_of(io::Checksum algorithm, const float* data, int64_t count) {
+  return io::checksum(algorithm, data, static_cast<size_t>(count) * sizeof(float));
 }
 
 }  // namespace
@@ -73,7 +71,7 @@ nlohmann::json slice_to_json(const SliceEntry& e) {
           {"count", e.count},
           {"file", e.file},
           {"key", e.key},
-          {"xxh64", io::hex64(e.checksum)}};
+          {io::checksum_name(e.checksum_algorithm), io::hex64(e.checksum)}};
 }
 
 SliceEntry slice_from_json(const nlohmann::json& j) {
@@ -88,7 +86,9 @@ SliceEntry slice_from_json(const nlohmann::json& j) {
     e.count = j.at("count").get<int64_t>();
     e.file = j.at("file").get<std::string>();
     e.key = j.at("key").get<std::string>();
-    e.checksum = std::stoull(j.at("xxh64").get<std::string>(), nullptr, 16);
+    const io::RecordedChecksum sum = io::recorded_checksum(j);
+    e.checksum = sum.value;
+    e.checksum_algorithm = sum.algorithm;
   } catch (const std::exception& ex) {
     fail("checkpoint index: malformed slice entry ", j.dump(), " (", ex.what(), ")");
   }
@@ -122,7 +122,8 @@ std::vector<SliceEntry> write_slice_file(const std::string& path,
     SliceEntry e = s.entry;
     e.file = fs::path(path).filename().string();
     e.key = slice_key(e);
-    e.checksum = checksum_of(s.data, e.count);
+    e.checksum_algorithm = kSliceChecksum;
+    e.checksum = checksum_of(e.checksum_algorithm, s.data, e.count);
     refs.push_back(io::TensorRef{e.key, DType::f32, {e.count}, s.data});
     list.push_back(slice_to_json(e));
     entries.push_back(std::move(e));
@@ -193,7 +194,7 @@ void load_slices(const std::string& dir, const std::vector<SliceEntry>& entries,
       } catch (const std::exception& e) {
         throw CheckpointCorrupt(file.path(), e.what());
       }
-      if (checksum_of(buf.data(), s->count) != s->checksum)
+      if (checksum_of(s->checksum_algorithm, buf.data(), s->count) != s->checksum)
         throw CheckpointCorrupt(file.path(), cat("checkpoint file '", file.path(), "': slice '",
                                                  s->key, "' does not match its checksum"));
       // Both run lists increase in global order: one merge per target.

@@ -8,8 +8,10 @@
 // own blocks and ranges from them, whatever the layout that saved them.
 //
 // On disk: one safetensors file per saving rank (rank_NNNNN.safetensors), one 1-D f32 tensor per
-// slice, and the slice geometry with an xxHash64 of each slice's bytes in index.json, which the
-// commit writes from the rank files' headers (metadata "strata.slices").
+// slice, and the slice geometry with a checksum of each slice's bytes in index.json, which the
+// commit writes from the rank files' headers (metadata "strata.slices"). The checksum's key names
+// its algorithm: "xxh3" (XXH3 64-bit) in the checkpoints written now (format v3), "xxh64" in
+// format v2's; both load.
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -17,9 +19,13 @@
 #include <vector>
 
 #include "core/error.h"
+#include "io/checksum.h"
 #include "model/params.h"
 
 namespace strata {
+
+// What write_slice_file records for each slice (format v3; v2's checkpoints have xxh64).
+inline constexpr io::Checksum kSliceChecksum = io::Checksum::xxh3;
 
 struct SliceEntry {
   std::string tensor;  // "<kind><global name>": "", "exp_avg." or "exp_avg_sq." + parameter name
@@ -29,7 +35,8 @@ struct SliceEntry {
   int64_t slice_begin = 0;           // the block's first index along slice_dim
   int64_t begin = 0, count = 0;      // flat element range within the block (row-major)
   std::string file, key;             // where the bytes are stored
-  uint64_t checksum = 0;             // xxHash64 of the slice's bytes
+  uint64_t checksum = 0;             // of the slice's bytes, with checksum_algorithm
+  io::Checksum checksum_algorithm = kSliceChecksum;
 };
 
 nlohmann::json slice_to_json(const SliceEntry& e);

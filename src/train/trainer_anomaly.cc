@@ -188,7 +188,7 @@ void Trainer::after_step_checks(StepResult& r) {
   const bool replicated = dp_ && !dp_->params_sharded() && groups_->dp().size() > 1;
   if (a.replica_check_every > 0 && r.step % a.replica_check_every == 0 && replicated) {
     const ParamStore& params = model_->params();
-    io::XxHash64 h;
+    io::Xxh3Hash h;  // compared between the ranks of this job only: the faster hash
     h.update(device_->host_view(params.data(), params.size(), device_snapshot_),
              static_cast<size_t>(params.size()) * sizeof(float));
     Comm& dp = groups_->dp();

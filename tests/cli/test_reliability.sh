@@ -36,8 +36,8 @@ check() {  # check "what" condition...
   fi
 }
 contains() { grep -q -- "$2" <<<"$1"; }
-slice_sums() {  # the xxh64 of every slice of a checkpoint, sorted (bitwise identity of the state)
-  /usr/bin/python3 -c 'import json,sys; print("\n".join(sorted(s["tensor"]+"@"+str(s["begin"])+"="+s["xxh64"] for s in json.load(open(sys.argv[1]))["slices"])))' "$1"
+slice_sums() {  # the checksum of every slice of a checkpoint, sorted (bitwise identity of the state)
+  /usr/bin/python3 -c 'import json,sys; print("\n".join(sorted(s["tensor"]+"@"+str(s["begin"])+"="+s.get("xxh3", "xxh64:"+s.get("xxh64", "")) for s in json.load(open(sys.argv[1]))["slices"])))' "$1"
 }
 # Two checkpoints hold the same state, bitwise: both indexes exist and list slices, and their
 # checksums agree (two missing or empty indexes compare nothing, and must not pass).

@@ -197,6 +197,56 @@ TEST(Registry, DamagedFilesAreNamed) {
   EXPECT_EQ(reg.list("m").size(), 1u);
 }
 
+// The content hash of a format v2 checkpoint (XXH64 slice digests) is the one the registry
+// recorded before libxxhash replaced strata's hand-written XXH64: computed by that code.
+TEST(Registry, ContentHashOfAV2CheckpointIsUnchanged) {
+  io::TempDir tmp;
+  const FakeRun a = make_run(tmp.path(), "run_a", 3, 1.0f);
+  EXPECT_EQ(content_hash(a.ckpt), "f24fff6bf91fa66487c27e9a50d2a449");
+}
+
+// The same checkpoint in format v3 (XXH3 slice digests, as the trainer writes now) is pushed and
+// verified alike, has another content hash, and a flipped byte is found by its XXH3.
+TEST(Registry, Xxh3CheckpointVerifiesAndDamageIsFound) {
+  io::TempDir tmp;
+  const FakeRun a = make_run(tmp.path(), "run_a", 3, 1.0f);
+  const std::string v2_hash = content_hash(a.ckpt);
+  nlohmann::json index = nlohmann::json::parse(io::read_file(a.ckpt + "/index.json"));
+  const io::SafetensorsFile file = io::SafetensorsFile::open(a.ckpt + "/rank_00000.safetensors");
+  for (nlohmann::json& s : index["slices"]) {
+    const std::string key = s["key"].get<std::string>();
+    std::string bytes(file.info(key).bytes, '\0');
+    file.read_into(key, bytes.data(), bytes.size());
+    s.erase("xxh64");
+    s["xxh3"] = io::hex64(io::xxh3_64(bytes));
+  }
+  index["format"] = "strata-checkpoint-v3";
+  io::write_file_atomic(a.ckpt + "/index.json", index.dump(1));
+  verify_slices(a.ckpt);
+  EXPECT_NE(content_hash(a.ckpt), v2_hash);
+  Registry reg(tmp.file("registry"));
+  EXPECT_EQ(reg.push(push_of(a.dir, "m")).version.content_hash, content_hash(a.ckpt));
+
+  const std::string data = a.ckpt + "/rank_00000.safetensors";
+  {
+    std::fstream f(data, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(-5, std::ios::end);
+    char c = 0;
+    f.read(&c, 1);
+    c = static_cast<char>(c ^ 0x40);
+    f.seekp(-5, std::ios::end);
+    f.write(&c, 1);
+  }
+  try {
+    verify_slices(a.ckpt);
+    FAIL() << "verify_slices accepted a damaged slice";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("does not match its checksum in index.json (xxh3"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Registry, ParentFromLineageOrExplicit) {
   io::TempDir tmp;
   const FakeRun base = make_run(tmp.path(), "base", 2, 1.0f);
