@@ -11,7 +11,11 @@
 
 namespace strata {
 
+// Where memory lives and kernels run: the one device enum (tensors, backends, the trainer).
 enum class Device : uint8_t { cpu, cuda };
+inline const char* device_name(Device d) {  // "cpu", "cuda"
+  return d == Device::cuda ? "cuda" : "cpu";
+}
 
 struct Tensor {
   static constexpr int kMaxDims = 4;

@@ -16,11 +16,9 @@
 
 #include "core/arena.h"
 #include "core/dtype.h"
+#include "core/tensor.h"  // Device
 
 namespace strata {
-
-enum class DeviceKind : uint8_t { cpu, cuda };
-const char* device_kind_name(DeviceKind kind);  // "cpu", "cuda"
 
 // A copy queued on a CopyQueue; 0 stands for "no copy" (waiting for it returns at once).
 using CopyTicket = uint64_t;
@@ -51,7 +49,7 @@ class CopyQueue {
 class Backend {
  public:
   virtual ~Backend() = default;
-  virtual DeviceKind kind() const = 0;
+  virtual Device kind() const = 0;
   // Where the arena of a model on this backend gets its memory (null: host memory).
   virtual DeviceMemory* memory() = 0;
 

@@ -44,9 +44,7 @@ class HostMemory final : public DeviceMemory {
     backend_.free_host(it->second);
     blocks_.erase(it);
   }
-  std::string name() const override {
-    return cat("host (", device_kind_name(backend_.kind()), ")");
-  }
+  std::string name() const override { return cat("host (", device_name(backend_.kind()), ")"); }
 
  private:
   Backend& backend_;

@@ -156,7 +156,7 @@ void scratch_buffers(GradScratch& g, const ModelConfig& cfg, const ModelShard& s
   g.dy_lp = half(g.dy_capacity, "output gradient (16-bit)");
   // Operands widened to f32 for the GEMM: f16 always; bf16 where the CPU kernels have no native
   // bf16 product (below the avx512bf16 level). A CUDA backend multiplies both natively.
-  const bool on_cuda = backend && backend->kind() == DeviceKind::cuda;
+  const bool on_cuda = backend && backend->kind() == Device::cuda;
   if (precision == DType::f16 || (!on_cuda && kernels::lowp_widens(precision))) {
     const int64_t largest_in = std::max({c, f, nh * cfg.head_dim()});
     const int64_t largest_w = std::max({shard.qkv_width(cfg) * c, pre_width * c, c * f,

@@ -17,8 +17,8 @@ Decoder::Decoder(const ModelConfig& config, Arena& arena, int64_t batch, int64_t
       seq_len_(seq_len) {
   config_.finalize();
   STRATA_CHECK(config_.flash_attention() || backend_.supports_naive_attention(),
-               "model.attention = \"naive\" is not available on ",
-               device_kind_name(backend_.kind()), "; use \"flash\"");
+               "model.attention = \"naive\" is not available on ", device_name(backend_.kind()),
+               "; use \"flash\"");
   STRATA_CHECK(arena.memory() == backend_.memory(), "Decoder: the arena's memory (",
                arena.memory() ? arena.memory()->name() : std::string("host"),
                ") is not the memory of the model's backend (",

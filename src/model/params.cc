@@ -127,7 +127,7 @@ std::vector<int64_t> ParamStore::group_sizes() const {
 void ParamStore::allocate(Arena& arena, Backend* backend) {
   backend_ = backend ? backend : &cpu_backend();
   STRATA_CHECK(arena.memory() == backend_->memory(), "ParamStore: the arena's memory is not the ",
-               device_kind_name(backend_->kind()), " backend's");
+               device_name(backend_->kind()), " backend's");
   plan_layout();
   if (resident_params_) data_ = arena.alloc<float>(param_category_, total_, "parameters");
   if (resident_grads_) grad_ = arena.alloc<float>(MemCategory::grads, total_, "gradients");
@@ -150,8 +150,7 @@ int ParamStore::index_of(const std::string& name) const {
 
 Tensor ParamStore::param_tensor(int index) const {
   const ParamInfo& p = params_[index];
-  Tensor t(param(index), DType::f32, {},
-           backend_->kind() == DeviceKind::cuda ? Device::cuda : Device::cpu);
+  Tensor t(param(index), DType::f32, {}, backend_->kind());
   t.ndim = p.ndim;
   int64_t stride = 1;
   for (int k = p.ndim - 1; k >= 0; --k) {

@@ -82,13 +82,13 @@ TrainDevice::TrainDevice(const SystemConfig& system) {
 }
 
 TrainDevice::TrainDevice(Backend& backend) : backend_(&backend) {
-  description_ = backend.memory() ? backend.memory()->name() : device_kind_name(backend.kind());
+  description_ = backend.memory() ? backend.memory()->name() : device_name(backend.kind());
 }
 
 TrainDevice::~TrainDevice() = default;
 
 void TrainDevice::route(ProcessGroups& groups) {
-  if (backend_->kind() != DeviceKind::cuda) return;
+  if (backend_->kind() != Device::cuda) return;
 #ifdef STRATA_WITH_CUDA
   std::shared_ptr<DeviceRoutes> routes =
       make_device_routes(groups, gpu_, CudaBackend::of(*backend_)->stream());
@@ -99,7 +99,7 @@ void TrainDevice::route(ProcessGroups& groups) {
 }
 
 double TrainDevice::measure_peak_flops(DType precision) {
-  if (backend_->kind() == DeviceKind::cpu) return measure_cpu_gemm_flops(precision);
+  if (backend_->kind() == Device::cpu) return measure_cpu_gemm_flops(precision);
   Backend& be = *backend_;
   DeviceMemory& mem = *be.memory();
   const int64_t n = 8192, nn = n * n;

@@ -123,7 +123,7 @@ Trainer::Trainer(RunConfig config, ProcessGroups* groups, Backend* backend)
       "model: ", family_name(config_.model.family), " ", config_.model.n_layer, " layers, d_model ",
       config_.model.d_model, ", ", model_->params().size(), " parameters; ", omp_get_max_threads(),
       " threads; device ", device_->description(), "; GEMM ",
-      device_->backend().kind() == DeviceKind::cpu ? kernels::describe_gemm_backend() : "cuBLASLt",
+      device_->backend().kind() == Device::cpu ? kernels::describe_gemm_backend() : "cuBLASLt",
       " at ", static_cast<int64_t>(peak_flops_ / 1e9), " GFLOP/s (", config_.train.precision,
       "); CPU kernels ", kernels::isa::describe(kernels::isa::active()),
       kernels::isa::source() == std::string("cpu") ? "" : " (STRATA_CPU_ISA)");

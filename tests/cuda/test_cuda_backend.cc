@@ -111,7 +111,7 @@ TEST(CudaBackendNoGpu, AMissingDeviceThrowsSayingSoAndNamingTheCount) {
 
 TEST_F(CudaBackendTest, IsCudaWithAStreamAndNoNaiveAttention) {
   REQUIRE_GPU();
-  EXPECT_EQ(gpu().kind(), DeviceKind::cuda);
+  EXPECT_EQ(gpu().kind(), Device::cuda);
   ASSERT_NE(CudaBackend::of(gpu()), nullptr);
   EXPECT_NE(CudaBackend::of(gpu())->stream(), nullptr);
   EXPECT_EQ(CudaBackend::of(gpu())->device(), 0);

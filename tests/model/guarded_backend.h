@@ -62,7 +62,7 @@ class Unlocked {
 
 class GuardedBackend : public Backend {
  public:
-  DeviceKind kind() const override { return DeviceKind::cpu; }
+  Device kind() const override { return Device::cpu; }
   DeviceMemory* memory() override { return &memory_; }
   GuardedMemory& guarded_memory() { return memory_; }
 

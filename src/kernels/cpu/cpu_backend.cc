@@ -13,10 +13,6 @@ namespace strata {
 
 namespace k = kernels;
 
-const char* device_kind_name(DeviceKind kind) {
-  return kind == DeviceKind::cuda ? "cuda" : "cpu";
-}
-
 void* aligned_host_alloc(size_t bytes) {
   constexpr size_t align = Backend::kHostAlignment;
   const size_t rounded = (std::max<size_t>(bytes, 1) + align - 1) / align * align;
@@ -52,7 +48,7 @@ class SynchronousCopyQueue final : public CopyQueue {
 
 class CpuBackend final : public Backend {
  public:
-  DeviceKind kind() const override { return DeviceKind::cpu; }
+  Device kind() const override { return Device::cpu; }
   DeviceMemory* memory() override { return nullptr; }
   void copy(void* dst, const void* src, size_t bytes) override {
     if (dst != src) std::memmove(dst, src, bytes);

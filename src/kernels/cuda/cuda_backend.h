@@ -34,10 +34,10 @@
 namespace strata {
 
 // The CUDA-specific face of a CUDA backend, for code that must order other streams after it
-// (dynamic_cast a Backend& whose kind() is DeviceKind::cuda, or use CudaBackend::of).
+// (dynamic_cast a Backend& whose kind() is Device::cuda, or use CudaBackend::of).
 class CudaBackend : public Backend {
  public:
-  DeviceKind kind() const final { return DeviceKind::cuda; }
+  Device kind() const final { return Device::cuda; }
   virtual int device() const = 0;
   // The compute stream every kernel of this backend runs on.
   virtual cudaStream_t stream() const = 0;
