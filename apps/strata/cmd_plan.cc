@@ -96,7 +96,7 @@ int run_plan(const PlanArgs& a) {
     // Every pipeline stage's total (a run's metrics.jsonl reports rank 0, the first stage).
     j["given"]["stages"] = nlohmann::json::array();
     for (int s = 0; s < config.parallel.pp; ++s) {
-      const MemoryEstimate m = estimate_rank_memory(config, gpus, s);
+      const MemoryEstimate m = estimate_rank_memory(config, gpus, s, memory_options(cluster.get()));
       nlohmann::json stage = {{"pp_rank", s}, {"total", m.total}};
       for (int c = 0; c < kNumMemCategories; ++c)
         stage[std::string(mem_category_name(static_cast<MemCategory>(c)))] = m.bytes[c];

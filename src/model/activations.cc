@@ -125,7 +125,7 @@ int64_t attention_scratch(const ModelConfig& cfg, const Backend* backend, int64_
 template <class A>
 void scratch_buffers(GradScratch& g, const ModelConfig& cfg, const ModelShard& shard, A& arena,
                      int64_t batch, int64_t seq_len, DType precision, int threads,
-                     const Backend* backend) {
+                     const Backend* backend, Device device) {
   const int64_t n = batch * seq_len, ns = shard.local_rows(n), c = cfg.d_model;
   const int64_t nh = shard.heads(cfg), nkv = shard.kv_heads(cfg), f = shard.ffn(cfg);
   const int64_t pre_width = cfg.family == ModelFamily::gpt2 ? f : 2 * f;
@@ -156,7 +156,7 @@ void scratch_buffers(GradScratch& g, const ModelConfig& cfg, const ModelShard& s
   g.dy_lp = half(g.dy_capacity, "output gradient (16-bit)");
   // Operands widened to f32 for the GEMM: f16 always; bf16 where the CPU kernels have no native
   // bf16 product (below the avx512bf16 level). A CUDA backend multiplies both natively.
-  const bool on_cuda = backend && backend->kind() == Device::cuda;
+  const bool on_cuda = (backend ? backend->kind() : device) == Device::cuda;
   if (precision == DType::f16 || (!on_cuda && kernels::lowp_widens(precision))) {
     const int64_t largest_in = std::max({c, f, nh * cfg.head_dim()});
     const int64_t largest_w = std::max({shard.qkv_width(cfg) * c, pre_width * c, c * f,
@@ -239,7 +239,7 @@ ActivationStore::ActivationStore(const ModelConfig& cfg, const ModelShard& shard
 
 GradScratch::GradScratch(const ModelConfig& cfg, const ModelShard& shard, Arena& arena,
                          int64_t batch, int64_t seq_len, DType precision, const Backend* backend) {
-  scratch_buffers(*this, cfg, shard, arena, batch, seq_len, precision, 0, backend);
+  scratch_buffers(*this, cfg, shard, arena, batch, seq_len, precision, 0, backend, Device::cpu);
 }
 
 // ---- the same buffers, counted --------------------------------------------------------------
@@ -274,10 +274,11 @@ MemBytes activation_store_bytes(const ModelConfig& cfg, const ModelShard& shard,
 }
 
 MemBytes grad_scratch_bytes(const ModelConfig& cfg, const ModelShard& shard, int64_t batch,
-                            int64_t seq_len, DType precision, int threads, const Backend* backend) {
+                            int64_t seq_len, DType precision, int threads, const Backend* backend,
+                            Device device) {
   MemCounter counter;
   GradScratch g;
-  scratch_buffers(g, cfg, shard, counter, batch, seq_len, precision, threads, backend);
+  scratch_buffers(g, cfg, shard, counter, batch, seq_len, precision, threads, backend, device);
   return counter.bytes();
 }
 

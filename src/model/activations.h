@@ -155,10 +155,12 @@ MemBytes activation_store_bytes(const ModelConfig& cfg, const ModelShard& shard,
                                 DType precision = DType::f32);
 // `threads`: the OpenMP threads backward will run on (0: omp_get_max_threads()), which sizes the
 // CPU attention kernels' per-thread scratch. `backend`: count the scratch that backend asks for
-// instead (null: the CPU kernels', with `threads`).
+// instead (null: the CPU kernels', with `threads`). `device`, with a null backend: the device the
+// ranks will run on (the planner's target): on cuda no 16-bit operand is widened to f32, on the
+// CPU this machine's kernel level decides (kernels::lowp_widens).
 MemBytes grad_scratch_bytes(const ModelConfig& cfg, const ModelShard& shard, int64_t batch,
                             int64_t seq_len, DType precision = DType::f32, int threads = 0,
-                            const Backend* backend = nullptr);
+                            const Backend* backend = nullptr, Device device = Device::cpu);
 MemBytes recompute_buffer_bytes(const ModelConfig& cfg, const ModelShard& shard, Recompute mode,
                                 int64_t batch, int64_t seq_len, DType precision = DType::f32);
 

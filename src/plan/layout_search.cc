@@ -63,12 +63,18 @@ int64_t rank_capacity(const RunConfig& config, const ClusterProfile* cluster) {
   return std::numeric_limits<int64_t>::max();
 }
 
+MemoryModelOptions memory_options(const ClusterProfile* cluster) {
+  MemoryModelOptions o;
+  if (cluster != nullptr) o.device = cluster->device.kind == "gpu" ? Device::cuda : Device::cpu;
+  return o;
+}
+
 PlannedLayout evaluate_layout(const RunConfig& config, int64_t world, const ClusterProfile* cluster,
                               int64_t capacity) {
   PlannedLayout l;
   l.config = config;
   l.world = world;
-  l.memory = estimate_memory(config, world);
+  l.memory = estimate_memory(config, world, memory_options(cluster));
   if (cluster != nullptr) l.step = estimate_step(config, world, *cluster);
   l.capacity = capacity > 0 ? capacity : rank_capacity(config, cluster);
   return l;
@@ -91,7 +97,7 @@ SearchResult search_layouts(const RunConfig& base, const ClusterProfile& cluster
   std::vector<std::string> recompute_modes = {"none", "full"};
   if (!m.flash_attention()) recompute_modes.insert(recompute_modes.begin() + 1, "selective");
 
-  MemoryModelOptions quiet;
+  MemoryModelOptions quiet = memory_options(&cluster);
   quiet.explain = false;  // the arithmetic is written again for the layouts kept
   std::vector<PlannedLayout> fitting, closest;
   for (int64_t tp : powers_of_two_up_to(max_tp)) {
@@ -163,7 +169,7 @@ SearchResult search_layouts(const RunConfig& base, const ClusterProfile& cluster
   std::sort(fitting.begin(), fitting.end(), better);
   if (fitting.size() > static_cast<size_t>(options.top)) fitting.resize(options.top);
   for (PlannedLayout& l : fitting) {
-    l.memory = estimate_memory(l.config, gpus);
+    l.memory = estimate_memory(l.config, gpus, memory_options(&cluster));
     l.step = estimate_step(l.config, gpus, cluster);
   }
   result.ranked = std::move(fitting);
@@ -171,7 +177,8 @@ SearchResult search_layouts(const RunConfig& base, const ClusterProfile& cluster
     std::sort(closest.begin(), closest.end(),
               [](const auto& a, const auto& b) { return a.memory.total < b.memory.total; });
     if (closest.size() > static_cast<size_t>(options.top)) closest.resize(options.top);
-    for (PlannedLayout& l : closest) l.memory = estimate_memory(l.config, gpus);
+    for (PlannedLayout& l : closest)
+      l.memory = estimate_memory(l.config, gpus, memory_options(&cluster));
     result.closest = std::move(closest);
   }
   result.seconds = seconds_since(start);

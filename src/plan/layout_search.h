@@ -52,5 +52,8 @@ SearchResult search_layouts(const RunConfig& base, const ClusterProfile& cluster
 // Bytes a rank may hold: options/the profile's device memory, or system.memory_limit_mb (the
 // arena's limit) when that is set.
 int64_t rank_capacity(const RunConfig& config, const ClusterProfile* cluster);
+// The memory model's options for ranks on `cluster`'s device (a GPU: 16-bit products native,
+// whatever this CPU's kernel level); null: the config's own device.
+MemoryModelOptions memory_options(const ClusterProfile* cluster);
 
 }  // namespace strata

@@ -184,6 +184,7 @@ struct Run {
   int64_t tokens = 0, micro_batches = 1;
   int threads = 1;
   DType precision = DType::f32;
+  Device device = Device::cpu;  // where the ranks run (MemoryModelOptions::device)
   RecomputePolicy recompute;
   DataParallelOptions dp_options;
   // Stage-independent parts, computed on first use: the parameter probe per (embedding, head),
@@ -218,6 +219,7 @@ Run resolve_run(const RunConfig& config, int64_t world, const MemoryModelOptions
               : config.system.threads > 0 ? static_cast<int>(config.system.threads)
                                           : omp_get_max_threads();
   r.precision = train_precision(config.train);
+  r.device = options.device.value_or(config.system.device == "cuda" ? Device::cuda : Device::cpu);
   r.recompute = recompute_policy(config.train);
   r.dp_options = data_parallel_options(p);
   return r;
@@ -392,7 +394,8 @@ MemoryEstimate estimate_stage(const Run& r, int pp_rank, bool explain) {
 
   // ---- workspace: backward scratch, recomputation buffers, input batches -----------------------
   if (!r.scratch) {
-    r.scratch = grad_scratch_bytes(mc, shard, batch, seq_len, r.precision, r.threads);
+    r.scratch =
+        grad_scratch_bytes(mc, shard, batch, seq_len, r.precision, r.threads, nullptr, r.device);
     r.rebuild = recompute_buffer_bytes(mc, shard, r.recompute.mode, batch, seq_len, r.precision);
   }
   const MemBytes& scratch = *r.scratch;

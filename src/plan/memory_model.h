@@ -5,10 +5,12 @@
 #pragma once
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/arena.h"
+#include "core/tensor.h"  // Device
 #include "train/config.h"
 
 namespace strata {
@@ -34,6 +36,10 @@ struct MemoryModelOptions {
   // started with the same OMP_NUM_THREADS sees the same).
   int threads = 0;
   bool explain = true;  // fill MemoryEstimate::explain (the search can skip the strings)
+  // The device the ranks run on: cuda multiplies 16-bit operands natively, so none is counted as
+  // widened to f32 whatever this CPU's kernel level (a GPU cluster planned on an AVX2 laptop);
+  // cpu: this CPU's level decides. Unset: system.device.
+  std::optional<Device> device;
 };
 
 // One rank of pipeline stage `pp_rank` (tp rank 0, dp rank 0) of `config` run on `world` ranks
