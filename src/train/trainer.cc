@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <limits>
 
+#include "comm/process_groups.h"
 #include "core/clock.h"
 #include "core/log.h"
 #include "core/trace.h"
@@ -17,11 +18,24 @@
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/kernels.h"
 #include "launch/heartbeat.h"
+#include "model/decoder.h"
 #include "model/generate.h"
+#include "optim/adamw.h"
+#include "optim/host_offload.h"
+#include "optim/loss_scaler.h"
+#include "optim/offload.h"
+#include "parallel/data_parallel.h"
+#include "parallel/model_parallel.h"
+#include "parallel/pipeline_executor.h"
+#include "track/console.h"
 #include "track/events.h"
+#include "track/metrics.h"
+#include "track/mlflow.h"
 #include "train/checkpoint.h"
 #include "train/mlflow_run.h"
 #include "train/post_train.h"
+#include "train/token_source.h"
+#include "train/train_device.h"
 
 namespace strata {
 

@@ -8,28 +8,36 @@
 #include <optional>
 #include <string>
 
-#include "comm/process_groups.h"
 #include "core/arena.h"
-#include "model/decoder.h"
-#include "optim/adamw.h"
-#include "optim/host_offload.h"
-#include "optim/loss_scaler.h"
-#include "optim/offload.h"
-#include "parallel/data_parallel.h"
-#include "parallel/model_parallel.h"
-#include "parallel/pipeline_executor.h"
-#include "track/console.h"
-#include "track/metrics.h"
-#include "track/mlflow.h"
 #include "train/anomaly.h"
 #include "train/async_checkpoint.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
 #include "train/profiler.h"
-#include "train/token_source.h"
-#include "train/train_device.h"
 
 namespace strata {
+
+// Declared, not included: what the trainer holds by pointer or names in a declaration only (the
+// trainer's .cc files include them), so that including trainer.h does not bring in every layer.
+class AdamW;
+class Backend;
+class ConsoleProgress;
+class DataParallel;
+class Decoder;
+class HostOffloadAdamW;
+class HostOffloadGradHooks;
+class LossScaler;
+class MetricsSink;
+class MlflowLogger;
+class ModelParallel;
+class OffloadedOptimizer;
+class PipelineExecutor;
+class ProcessGroups;
+class TokenSource;
+class TrainDevice;
+struct DataParallelOptions;
+struct OptimSegment;
+struct RecomputePolicy;
 
 // How the trainer reads its config when it builds a rank (build_model, make_optimizer), shared
 // with the planner (plan/memory_model.cc) so that both size the same buffers.

@@ -8,10 +8,24 @@
 #include <csignal>
 #include <thread>
 
+#include "comm/process_groups.h"
 #include "core/log.h"
 #include "io/checksum.h"
 #include "launch/heartbeat.h"
+#include "model/decoder.h"
+#include "optim/adamw.h"
+#include "optim/host_offload.h"
+#include "optim/loss_scaler.h"
+#include "optim/offload.h"
+#include "parallel/data_parallel.h"
+#include "parallel/model_parallel.h"
+#include "parallel/pipeline_executor.h"
+#include "track/console.h"
 #include "track/events.h"
+#include "track/metrics.h"
+#include "track/mlflow.h"
+#include "train/token_source.h"
+#include "train/train_device.h"
 #include "train/trainer.h"
 
 namespace strata {

@@ -13,6 +13,9 @@
 
 #include "comm/layout.h"
 #include "comm/process_groups.h"
+#include "model/decoder.h"
+#include "optim/adamw.h"
+#include "parallel/data_parallel.h"
 #include "train/config.h"
 #include "train/trainer.h"
 

@@ -21,6 +21,10 @@
 
 #include "comm/layout.h"
 #include "comm/process_groups.h"
+#include "model/decoder.h"
+#include "optim/adamw.h"
+#include "parallel/model_parallel.h"
+#include "parallel/pipeline_executor.h"
 #include "train/config.h"
 #include "train/trainer.h"
 

@@ -8,6 +8,14 @@
 #include <chrono>
 #include <filesystem>
 
+#include "comm/process_groups.h"
+#include "model/decoder.h"
+#include "optim/adamw.h"
+#include "optim/host_offload.h"
+#include "optim/offload.h"
+#include "parallel/data_parallel.h"
+#include "parallel/model_parallel.h"
+#include "parallel/pipeline_executor.h"
 #include "plan/memory_model.h"
 #include "train/small_run.h"
 #include "train/trainer.h"

@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "model/decoder.h"
 #include "small_run.h"
 #include "track/events.h"
 #include "train/anomaly.h"

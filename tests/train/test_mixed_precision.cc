@@ -11,6 +11,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "model/decoder.h"
+#include "optim/adamw.h"
 #include "small_run.h"
 #include "train/config.h"
 #include "train/trainer.h"

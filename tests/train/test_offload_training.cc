@@ -9,6 +9,9 @@
 #include <cstring>
 #include <filesystem>
 
+#include "model/decoder.h"
+#include "optim/adamw.h"
+#include "optim/host_offload.h"
 #include "small_run.h"
 #include "train/config.h"
 #include "train/trainer.h"

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "model/decoder.h"
 #include "small_run.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
