@@ -153,6 +153,17 @@ TEST(Registry, PushListShowPullDiff) {
   EXPECT_NE(format_diff(d).find("optim.lr"), std::string::npos);
 }
 
+// One bit flipped in the fifth byte from the end of `path` (inside a safetensors file's data).
+void flip_byte_near_end(const std::string& path) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(-5, std::ios::end);
+  char c = 0;
+  f.read(&c, 1);
+  c = static_cast<char>(c ^ 0x40);
+  f.seekp(-5, std::ios::end);
+  f.write(&c, 1);
+}
+
 TEST(Registry, DamagedFilesAreNamed) {
   io::TempDir tmp;
   const FakeRun a = make_run(tmp.path(), "run", 2, 1.0f);
@@ -165,15 +176,7 @@ TEST(Registry, DamagedFilesAreNamed) {
   // One byte of the blob's tensor data flipped: verify and pull name the file, and nothing is
   // left at --out.
   const std::string file = v.blob + "/rank_00000.safetensors";
-  {
-    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekg(-5, std::ios::end);
-    char c = 0;
-    f.read(&c, 1);
-    c = static_cast<char>(c ^ 0x40);
-    f.seekp(-5, std::ios::end);
-    f.write(&c, 1);
-  }
+  flip_byte_near_end(file);
   try {
     reg.verify(v);
     FAIL() << "verify accepted a damaged blob";
@@ -228,15 +231,7 @@ TEST(Registry, Xxh3CheckpointVerifiesAndDamageIsFound) {
   EXPECT_EQ(reg.push(push_of(a.dir, "m")).version.content_hash, content_hash(a.ckpt));
 
   const std::string data = a.ckpt + "/rank_00000.safetensors";
-  {
-    std::fstream f(data, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekg(-5, std::ios::end);
-    char c = 0;
-    f.read(&c, 1);
-    c = static_cast<char>(c ^ 0x40);
-    f.seekp(-5, std::ios::end);
-    f.write(&c, 1);
-  }
+  flip_byte_near_end(data);
   try {
     verify_slices(a.ckpt);
     FAIL() << "verify_slices accepted a damaged slice";

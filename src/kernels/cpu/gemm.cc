@@ -17,10 +17,6 @@
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/kernels.h"
 
-#if defined(__x86_64__)
-#include <cpuid.h>
-#endif
-
 namespace strata::kernels {
 
 namespace {
@@ -231,15 +227,6 @@ struct GemmChoice {
   std::string why;  // for the start-up line and environment.json
 };
 
-#if defined(__x86_64__)
-// AMD's "AuthenticAMD" in cpuid leaf 0 (EBX, EDX, ECX = "Auth", "enti", "cAMD").
-bool amd_cpu() {
-  unsigned a = 0, b = 0, c = 0, d = 0;
-  if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
-  return b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u;
-}
-#endif
-
 // Which library runs the f32 GEMM, by measurement (docs/PERFORMANCE.md, "GEMM backend"):
 //   * Intel x86 and AMD Zen 4/5 (AVX-512): oneDNN, the fastest or tied on the training shapes
 //     (bench_gemm on Sapphire Rapids and Zen 4, also with AVX2 forced).
@@ -257,6 +244,15 @@ GemmChoice choose_gemm() {
   STRATA_CHECK(want == "auto" || want == "onednn" || want == "openblas", "STRATA_GEMM=", want,
                " is not a GEMM backend: use onednn, openblas or auto (unset: auto)");
   if (want == "onednn") return {GemmLib::onednn, "STRATA_GEMM"};
+#if defined(__aarch64__)
+  const bool prefer_openblas = true;
+  const char* rule = "aarch64";
+#else
+  const bool prefer_openblas = isa::amd_cpu() && isa::supported().front() == isa::Level::avx2;
+  const char* rule = "AMD CPU without AVX-512";
+#endif
+  // OpenBLAS is loaded only where it may run: elsewhere no process pays for its start-up.
+  if (want == "auto" && !prefer_openblas) return {GemmLib::onednn, "auto"};
   const detail::OpenBlas& ob = detail::openblas();
   if (want == "openblas") {
     STRATA_CHECK(ob.sgemm != nullptr, "STRATA_GEMM=openblas: ", ob.why_not,
@@ -265,14 +261,6 @@ GemmChoice choose_gemm() {
       log::warn("STRATA_GEMM=openblas: ", ob.why_slow, "; expect it slower than oneDNN");
     return {GemmLib::openblas, "STRATA_GEMM, core " + ob.core};
   }
-#if defined(__aarch64__)
-  const bool prefer_openblas = true;
-  const char* rule = "aarch64";
-#else
-  const bool prefer_openblas = amd_cpu() && isa::supported().front() == isa::Level::avx2;
-  const char* rule = "AMD CPU without AVX-512";
-#endif
-  if (!prefer_openblas) return {GemmLib::onednn, "auto"};
   if (ob.sgemm == nullptr || !ob.why_slow.empty())
     return {GemmLib::onednn,
             std::string("auto; not OpenBLAS: ") + (ob.sgemm ? ob.why_slow : ob.why_not)};

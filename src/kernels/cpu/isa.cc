@@ -31,6 +31,17 @@ namespace {
 #endif
 }
 
+// AMD's "AuthenticAMD" in cpuid leaf 0 (EBX, EDX, ECX = "Auth", "enti", "cAMD").
+[[maybe_unused]] bool cpu_vendor_is_amd() {  // called on x86-64 only
+#if defined(__x86_64__)
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
+  return b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u;
+#else
+  return false;
+#endif
+}
+
 // Highway targets better than `level`, to be disabled so that its dispatch picks `level`.
 int64_t targets_above(Level level) {
   switch (level) {
@@ -155,6 +166,11 @@ std::vector<Level> supported() {
 
 Level active() {
   return chosen().level;
+}
+
+bool amd_cpu() {
+  static const bool amd = cpu_vendor_is_amd();
+  return amd;
 }
 
 bool native_bf16() {

@@ -37,6 +37,10 @@ Level active();
 // vdpbf16ps attention tiles); otherwise bf16 products widen to f32.
 bool native_bf16();
 
+// Whether the CPU is AMD's (cpuid's vendor string; false off x86-64): the GEMM library's choice
+// (gemm.cc) depends on it.
+bool amd_cpu();
+
 // Where the level came from: "cpu" (the best this CPU has) or "STRATA_CPU_ISA".
 const char* source();
 
