@@ -4,6 +4,7 @@
 
 #include "kernels/cpu/flash_attention.h"
 #include "kernels/cpu/kernels.h"
+#include "model/block.h"
 
 namespace strata {
 
@@ -30,8 +31,9 @@ LayerActivations layer_buffers(const ModelConfig& cfg, const ModelShard& shard, 
   const bool lowp = precision != DType::f32;
   const int64_t n = batch * seq_len, ns = shard.local_rows(n), c = cfg.d_model;
   const int64_t nh = shard.heads(cfg), f = shard.ffn(cfg);
-  const bool layernorm = cfg.family == ModelFamily::gpt2;
-  const int64_t pre_width = cfg.family == ModelFamily::gpt2 ? f : 2 * f;
+  const BlockLayout layout = block_for(cfg.family).layout();
+  const bool layernorm = layout.norm == NormKind::layernorm;
+  const int64_t pre_width = layout.mlp_pre_factor * f;
   auto buf = [&](int64_t count, const char* what) {
     return arena.template alloc<float>(category, count, what);
   };
@@ -86,7 +88,7 @@ template <class A>
 void store_head_buffers(ActivationStore& s, const ModelConfig& cfg, const ModelShard& shard,
                         A& arena, int64_t batch, int64_t seq_len, DType precision) {
   const int64_t n = batch * seq_len, ns = shard.local_rows(n), c = cfg.d_model;
-  const bool layernorm = cfg.family == ModelFamily::gpt2;
+  const bool layernorm = block_for(cfg.family).layout().norm == NormKind::layernorm;
   auto act = [&](int64_t count, const char* what) {
     return arena.template alloc<float>(MemCategory::activations, count, what);
   };
@@ -128,7 +130,7 @@ void scratch_buffers(GradScratch& g, const ModelConfig& cfg, const ModelShard& s
                      const Backend* backend, Device device) {
   const int64_t n = batch * seq_len, ns = shard.local_rows(n), c = cfg.d_model;
   const int64_t nh = shard.heads(cfg), nkv = shard.kv_heads(cfg), f = shard.ffn(cfg);
-  const int64_t pre_width = cfg.family == ModelFamily::gpt2 ? f : 2 * f;
+  const int64_t pre_width = block_for(cfg.family).layout().mlp_pre_factor * f;
   auto ws = [&](int64_t count, const char* what) {
     return arena.template alloc<float>(MemCategory::workspace, count, what);
   };

@@ -1,6 +1,7 @@
 #include "model/config.h"
 
 #include "core/error.h"
+#include "model/block.h"
 
 namespace strata {
 
@@ -43,14 +44,19 @@ void ModelConfig::finalize() {
 }
 
 int64_t ModelConfig::num_params(bool include_positions) const {
-  const int64_t c = d_model, hd = head_dim(), kv = kv_heads();
-  const int64_t norm = has_bias() ? 2 * c : c;
+  // From the family's block layout (a formula: the planner calls this in its search loops);
+  // DecoderFamilies.ParameterCountMatchesConfig holds it equal to the registered parameters.
+  const BlockLayout layout = block_for(family).layout();
+  const int64_t c = d_model, hd = head_dim(), kv = kv_heads(), qkv = (n_head + 2 * kv) * hd;
+  const bool layernorm = layout.norm == NormKind::layernorm;
+  const int64_t norm = layernorm ? 2 * c : c;
   const int64_t attn =
-      c * (n_head + 2 * kv) * hd + n_head * hd * c + (has_bias() ? (n_head + 2 * kv) * hd + c : 0);
-  const int64_t mlp = family == ModelFamily::gpt2 ? 2 * c * d_ff + d_ff + c : 3 * c * d_ff;
+      c * qkv + n_head * hd * c + (layout.biases ? qkv + c : 0) + (layout.head_norm ? 2 * hd : 0);
+  const int64_t mlp = (layout.mlp_pre_factor + 1) * c * d_ff +
+                      (layout.biases ? layout.mlp_pre_factor * d_ff + c : 0);
   int64_t total = n_layer * (2 * norm + attn + mlp) + norm + vocab_size * c;
   if (!tie_embeddings) total += vocab_size * c;
-  if (include_positions && learned_positions()) total += max_seq_len * c;
+  if (include_positions && layout.learned_positions) total += max_seq_len * c;
   return total;
 }
 

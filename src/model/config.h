@@ -30,8 +30,6 @@ struct ModelConfig {
   int64_t head_dim() const { return d_model / n_head; }
   int64_t kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
   int64_t qkv_width() const { return (n_head + 2 * kv_heads()) * head_dim(); }
-  bool has_bias() const { return family == ModelFamily::gpt2; }
-  bool learned_positions() const { return family == ModelFamily::gpt2; }
   bool flash_attention() const { return attention == "flash"; }
 
   // Fills defaults that depend on the family and checks consistency; throws strata::Error

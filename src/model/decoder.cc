@@ -33,24 +33,12 @@ Decoder::Decoder(const ModelConfig& config, Arena& arena, int64_t batch, int64_t
   precision_ = o.precision;
   STRATA_CHECK(precision_ == DType::f32 || precision_ == DType::bf16 || precision_ == DType::f16,
                "Decoder: precision must be f32, bf16 or f16");
+  block_ = &block_for(config_.family);
   index_ = register_model_params(config_, shard_, params_);
   if (o.plan) o.plan(params_);
   if (lowp()) params_.set_param_category(MemCategory::master);
   params_.allocate(arena, &backend_);
-  if (lowp()) {
-    // No resident f32 parameters means a strategy gathers each group on use (ZeRO-3): convert
-    // the gathered group into one transient group-sized slot instead of keeping 2 bytes per
-    // parameter of the whole model.
-    lowp_single_slot_ = params_.data() == nullptr;
-    lowp_params_ = arena.alloc<uint16_t>(
-        MemCategory::params,
-        lowp_weight_elements(!lowp_single_slot_, params_.size(), params_.group_sizes()),
-        lowp_single_slot_ ? "parameters (16-bit copy of the gathered group)"
-                          : "parameters (16-bit working copy)");
-    const size_t entries = lowp_single_slot_ ? 1 : static_cast<size_t>(params_.num_groups());
-    lowp_version_.assign(entries, -1);
-    lowp_source_.assign(entries, nullptr);
-  }
+  if (lowp()) lowp_weights_ = LowpWeights(params_, arena, backend_, precision_);
   acts_.resize(static_cast<size_t>(shard_.num_chunks()));
   if (o.offload_activations) {
     // One store whose layers are the offload's views (the store itself holds the rest: tokens,
@@ -80,6 +68,8 @@ Decoder::Decoder(const ModelConfig& config, Arena& arena, int64_t batch, int64_t
   recompute_ = o.recompute;
   recompute_buffers_ = allocate_recompute_buffers(config_, shard_, recompute_.mode, arena, batch,
                                                   seq_len, precision_);
+  linear_ = ParallelLinear(backend_, tp_, shard_, params_, scratch_, lowp_weights_, precision_,
+                           config_.d_model);
 }
 
 Decoder::Decoder(const ModelConfig& config, Arena& arena, int64_t batch, int64_t seq_len, int slots,
@@ -129,60 +119,12 @@ LayerActivations Decoder::layer_view(const ActivationStore& a, int64_t local_lay
   return l;
 }
 
-void Decoder::linear_fwd(float* y, const float* x32, const uint16_t* xlp, int w, int bias,
-                         int64_t n, int64_t in, int64_t out) {
-  const float* b = bias >= 0 ? params_.param(bias) : nullptr;
-  if (!lowp()) {
-    backend_.linear_forward(y, x32, params_.param(w), b, n, in, out);
-    return;
-  }
-  backend_.linear_forward_lowp(precision_, y, xlp, lowp_weight(w), b, n, in, out,
-                               scratch_.lowp_wide);
-}
-
-void Decoder::linear_bwd(float* dx, float* dw, float* dbias, const float* dy, const float* x32,
-                         const uint16_t* xlp, int w, int64_t n, int64_t in, int64_t out) {
-  if (!lowp()) {
-    if (dw) {
-      backend_.linear_backward(dx, dw, dbias, dy, x32, params_.param(w), n, in, out);
-    } else {  // a tied head: dx only here, its weight gradient later
-      backend_.gemm(false, false, n, in, out, 1.0f, dy, out, params_.param(w), in, 0.0f, dx, in);
-    }
-    return;
-  }
-  backend_.linear_backward_lowp(precision_, dx, dw, dbias, dy, scratch_.dy_lp, scratch_.dy_capacity,
-                                xlp, lowp_weight(w), n, in, out, scratch_.lowp_wide);
-}
-
-std::pair<const float*, const uint16_t*> Decoder::column_input(const float* x, uint16_t* keep,
-                                                               float* gather32, int64_t n,
-                                                               bool convert) {
-  const int64_t c = config_.d_model;
-  if (!lowp()) return {tp_.gather_rows(x, gather32, n, c), nullptr};
-  if (convert) backend_.to_lowp(precision_, keep, x, shard_.local_rows(n) * c);
-  return {nullptr, tp_.gather_rows(keep, scratch_.full_lp, n, c, precision_)};
+BlockRun Decoder::block_run(int layer, const ActivationStore& a) {
+  return BlockRun{backend_, config_, shard_, tp_, params_, scratch_, linear_, index_.blocks[layer],
+                  a.b,      a.t};
 }
 
 // ---- forward -----------------------------------------------------------------------------------
-
-namespace {
-void norm_forward(Backend& k, const ModelConfig& cfg, float* y, float* mean, float* rstd,
-                  const float* x, const float* w, const float* bias, int64_t n) {
-  if (cfg.family == ModelFamily::gpt2)
-    k.layernorm_forward(y, mean, rstd, x, w, bias, n, cfg.d_model, cfg.norm_eps);
-  else
-    k.rmsnorm_forward(y, rstd, x, w, n, cfg.d_model, cfg.norm_eps);
-}
-
-void norm_backward(Backend& k, const ModelConfig& cfg, float* dx, float* dw, float* db,
-                   const float* dy, const float* x, const float* w, const float* mean,
-                   const float* rstd, int64_t n) {
-  if (cfg.family == ModelFamily::gpt2)
-    k.layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, n, cfg.d_model);
-  else
-    k.rmsnorm_backward(dx, dw, dy, x, w, rstd, n, cfg.d_model);
-}
-}  // namespace
 
 void Decoder::embedding_forward(ActivationStore& a, const int32_t* tokens) {
   const int64_t n = a.b * a.t, c = config_.d_model, v = config_.vocab_size;
@@ -209,88 +151,20 @@ void Decoder::embedding_forward(ActivationStore& a, const int32_t* tokens) {
                                    c);
 }
 
-void Decoder::row_parallel(float* out, const float* x32, const uint16_t* xlp, int w, int bias,
-                           const float* residual, int64_t n, int64_t in) {
-  const int64_t c = config_.d_model;
-  const float* b = bias >= 0 ? params_.param(bias) : nullptr;
-  if (!tp_.active()) {
-    linear_fwd(out, x32, xlp, w, bias, n, in, c);
-    backend_.add_inplace(out, residual, n * c);
-    return;
-  }
-  float* partial = tp_.sp() ? scratch_.full_b : out;
-  linear_fwd(partial, x32, xlp, w, -1, n, in, c);
-  tp_.reduce_rows(partial, out, n, c);
-  const int64_t ns = shard_.local_rows(n);
-  if (b) backend_.add_bias(out, b, ns, c);
-  backend_.add_inplace(out, residual, ns * c);
-}
-
-void Decoder::block_forward(int layer, ActivationStore& a, LayerActivations& l, const float* x) {
-  const ModelConfig& cfg = config_;
-  const BlockParams& bp = index_.blocks[layer];
-  const int64_t b = a.b, t = a.t, n = b * t, ns = shard_.local_rows(n), c = cfg.d_model;
-  const int64_t nh = shard_.heads(cfg), nkv = shard_.kv_heads(cfg), hd = cfg.head_dim();
-  const int64_t f = shard_.ffn(cfg);
-  auto P = [&](int idx) { return idx < 0 ? nullptr : params_.param(idx); };
-
-  norm_forward(backend_, cfg, l.attn_norm, l.attn_mean, l.attn_rstd, x, P(bp.attn_norm_w),
-               P(bp.attn_norm_b), ns);
-  auto [in32, inlp] = column_input(l.attn_norm, l.attn_norm_lp, scratch_.full_a, n, true);
-  linear_fwd(l.qkv, in32, inlp, bp.q_w, bp.q_b, n, c, shard_.qkv_width(cfg));
-  if (cfg.family == ModelFamily::llama)
-    backend_.rope_forward(l.qkv, b, t, nh, nkv, hd, cfg.rope_theta);
-  if (lowp()) {
-    // q, k, v are kept in 16 bits; attention (scores, softmax, weighted sum in f32) reads the
-    // rounded values in forward as backward will: bf16 flash attention reads them directly
-    // (vdpbf16ps products), the other kernels widened to f32.
-    const int64_t count = n * shard_.qkv_width(cfg);
-    backend_.to_lowp(precision_, l.qkv_lp, l.qkv, count);
-    if (!bf16_flash()) backend_.from_lowp(precision_, l.qkv, l.qkv_lp, count);
-  }
-  if (bf16_flash())
-    backend_.flash_attention_forward_bf16(l.attn_out, l.lse, l.qkv_lp, b, t, nh, nkv, hd);
-  else if (cfg.flash_attention())
-    backend_.flash_attention_forward(l.attn_out, l.lse, l.qkv, b, t, nh, nkv, hd);
-  else
-    backend_.attention_forward(l.attn_out, l.probs, l.qkv, b, t, nh, nkv, hd);
-  if (lowp()) backend_.to_lowp(precision_, l.attn_out_lp, l.attn_out, n * nh * hd);
-  row_parallel(l.resid_mid, l.attn_out, l.attn_out_lp, bp.o_w, bp.o_b, x, n, nh * hd);
-
-  norm_forward(backend_, cfg, l.mlp_norm, l.mlp_mean, l.mlp_rstd, l.resid_mid, P(bp.mlp_norm_w),
-               P(bp.mlp_norm_b), ns);
-  std::tie(in32, inlp) = column_input(l.mlp_norm, l.mlp_norm_lp, scratch_.full_a, n, true);
-  // bf16 GELU writes the down GEMM's bf16 input straight away (no f32 activation to round).
-  const bool gelu_bf16 = cfg.family == ModelFamily::gpt2 && precision_ == DType::bf16;
-  if (cfg.family == ModelFamily::gpt2) {
-    linear_fwd(l.mlp_pre, in32, inlp, bp.fc_w, bp.fc_b, n, c, f);
-    if (gelu_bf16)
-      backend_.gelu_forward_bf16(l.mlp_act_lp, l.mlp_pre, n * f);
-    else
-      backend_.gelu_forward(l.mlp_act, l.mlp_pre, n * f);
-  } else {
-    linear_fwd(l.mlp_pre, in32, inlp, bp.gate_w, -1, n, c, 2 * f);
-    backend_.swiglu_forward(l.mlp_act, l.mlp_pre, n, f);
-  }
-  if (lowp() && !gelu_bf16) backend_.to_lowp(precision_, l.mlp_act_lp, l.mlp_act, n * f);
-  const int down = cfg.family == ModelFamily::gpt2 ? bp.proj_w : bp.down_w;
-  row_parallel(l.resid_out, l.mlp_act, l.mlp_act_lp, down, bp.proj_b, l.resid_mid, n, f);
-}
-
 void Decoder::head_forward(ActivationStore& a) {
   const ModelConfig& cfg = config_;
   const int64_t n = a.b * a.t, c = cfg.d_model;
   hooks_->acquire_params(final_group());
-  float* norm = a.final_norm ? a.final_norm : scratch_.final_norm;
-  norm_forward(backend_, cfg, norm, a.final_mean, a.final_rstd, a.layers.back().resid_out,
+  float* normed = a.final_norm ? a.final_norm : scratch_.final_norm;
+  norm_forward(backend_, cfg, norm(), normed, a.final_mean, a.final_rstd, a.layers.back().resid_out,
                params_.param(index_.final_norm_w),
                index_.final_norm_b >= 0 ? params_.param(index_.final_norm_b) : nullptr,
                shard_.local_rows(n));
   if (tied_in_place()) hooks_->acquire_params(0);
   // Column-parallel over the vocabulary: this rank's logits only.
-  const auto [in32, inlp] = column_input(norm, a.final_norm_lp, scratch_.full_a, n, true);
-  linear_fwd(a.logits, in32, inlp, index_.head >= 0 ? index_.head : index_.embed, -1, n, c,
-             shard_.vocab(cfg));
+  const LinearInput in = linear_.column_input(normed, a.final_norm_lp, scratch_.full_a, n, true);
+  linear_.forward(a.logits, in, index_.head >= 0 ? index_.head : index_.embed, -1, n, c,
+                  shard_.vocab(cfg));
   if (tied_in_place()) hooks_->release_params(0);
   hooks_->release_params(final_group());
 }
@@ -309,7 +183,8 @@ void Decoder::run_forward(int chunk, ActivationStore& a, const int32_t* tokens, 
     hooks_->acquire_params(layer + 1);
     if (offload_) offload_->before_forward(local);
     LayerActivations l = layer_view(a, local, /*rebuilding=*/false);
-    block_forward(layer, a, l, layer_input(a, local));
+    BlockRun run = block_run(layer, a);
+    block_->forward(run, l, layer_input(a, local));
     if (offload_) offload_->after_forward(local, saving);
     hooks_->release_params(layer + 1);
   }
@@ -368,60 +243,6 @@ double Decoder::forward(const int32_t* inputs, const int32_t* targets, int64_t b
 
 // ---- backward ----------------------------------------------------------------------------------
 
-void Decoder::block_backward(int layer, ActivationStore& a, LayerActivations& l, const float* x) {
-  const ModelConfig& cfg = config_;
-  const BlockParams& bp = index_.blocks[layer];
-  GradScratch& s = scratch_;
-  const int64_t b = a.b, t = a.t, n = b * t, ns = shard_.local_rows(n), c = cfg.d_model;
-  const int64_t nh = shard_.heads(cfg), nkv = shard_.kv_heads(cfg), hd = cfg.head_dim();
-  const int64_t f = shard_.ffn(cfg);
-  auto P = [&](int idx) { return idx < 0 ? nullptr : params_.param(idx); };
-  auto G = [&](int idx) { return idx < 0 ? nullptr : params_.grad(idx); };
-  // (Group pointers are looked up at each use: a hook may have bound the group to a buffer.)
-  // Under sp, full_a holds the gathered output gradient, then the full-row input gradient;
-  // full_b the re-gathered norm output (forward kept only this rank's rows of it).
-  float* dnorm_rows = tp_.sp() ? s.full_a : s.dnorm;
-
-  // s.dresid holds dL/d(block output); the residual path passes it through unchanged.
-  const float* dy = tp_.gather_rows(s.dresid, s.full_a, n, c);
-  const int down = cfg.family == ModelFamily::gpt2 ? bp.proj_w : bp.down_w;
-  linear_bwd(s.dmlp_act, G(down), G(bp.proj_b), dy, l.mlp_act, l.mlp_act_lp, down, n, f, c);
-  if (cfg.family == ModelFamily::gpt2)
-    backend_.gelu_backward(s.dmlp_pre, l.mlp_pre, s.dmlp_act, n * f);
-  else
-    backend_.swiglu_backward(s.dmlp_pre, l.mlp_pre, s.dmlp_act, n, f);
-  auto [in32, inlp] = column_input(l.mlp_norm, l.mlp_norm_lp, s.full_b, n, false);
-  const int up = cfg.family == ModelFamily::gpt2 ? bp.fc_w : bp.gate_w;
-  const int64_t up_width = cfg.family == ModelFamily::gpt2 ? f : 2 * f;
-  linear_bwd(dnorm_rows, G(up), G(bp.fc_b), s.dmlp_pre, in32, inlp, up, n, c, up_width);
-  tp_.reduce_rows(dnorm_rows, s.dnorm, n, c);
-  norm_backward(backend_, cfg, s.dresid, G(bp.mlp_norm_w), G(bp.mlp_norm_b), s.dnorm, l.resid_mid,
-                P(bp.mlp_norm_w), l.mlp_mean, l.mlp_rstd, ns);
-
-  // s.dresid now holds dL/d(residual after attention).
-  dy = tp_.gather_rows(s.dresid, s.full_a, n, c);
-  // Flash attention keeps attn_out in f32 (its backward reads it): round it again for the GEMM.
-  if (lowp() && cfg.flash_attention())
-    backend_.to_lowp(precision_, l.attn_out_lp, l.attn_out, n * nh * hd);
-  linear_bwd(s.dattn, G(bp.o_w), G(bp.o_b), dy, l.attn_out, l.attn_out_lp, bp.o_w, n, nh * hd, c);
-  if (bf16_flash())
-    backend_.flash_attention_backward_bf16(s.dqkv, s.attn_scratch, s.dattn, l.qkv_lp, l.attn_out,
-                                           l.lse, b, t, nh, nkv, hd);
-  else if (cfg.flash_attention())
-    backend_.flash_attention_backward(s.dqkv, s.attn_scratch, s.dattn, l.qkv, l.attn_out, l.lse, b,
-                                      t, nh, nkv, hd);
-  else
-    backend_.attention_backward(s.dqkv, s.attn_scratch, s.dattn, l.qkv, l.probs, b, t, nh, nkv, hd);
-  if (cfg.family == ModelFamily::llama)
-    backend_.rope_backward(s.dqkv, b, t, nh, nkv, hd, cfg.rope_theta);
-  std::tie(in32, inlp) = column_input(l.attn_norm, l.attn_norm_lp, s.full_b, n, false);
-  linear_bwd(dnorm_rows, G(bp.q_w), G(bp.q_b), s.dqkv, in32, inlp, bp.q_w, n, c,
-             shard_.qkv_width(cfg));
-  tp_.reduce_rows(dnorm_rows, s.dnorm, n, c);
-  norm_backward(backend_, cfg, s.dresid, G(bp.attn_norm_w), G(bp.attn_norm_b), s.dnorm, x,
-                P(bp.attn_norm_w), l.attn_mean, l.attn_rstd, ns);
-}
-
 void Decoder::head_backward(ActivationStore& a) {
   const ModelConfig& cfg = config_;
   GradScratch& s = scratch_;
@@ -434,20 +255,21 @@ void Decoder::head_backward(ActivationStore& a) {
   if (tied_in_place()) hooks_->acquire_params(0);
   // A tied head's weight gradient belongs to the embedding group: it is computed at the end of
   // backward (dlogits stay in a.logits), so that every group's gradients complete at one time.
-  const auto [in32, inlp] = column_input(a.final_norm, a.final_norm_lp, s.full_b, n, false);
+  const LinearInput in = linear_.column_input(a.final_norm, a.final_norm_lp, s.full_b, n, false);
   if (a.dlogits_bf16) {
     const uint16_t* dl = reinterpret_cast<const uint16_t*>(a.logits);
-    backend_.gemm_bf16(false, false, n, c, v, 1.0f, dl, v, lowp_weight(head), c, 0.0f, dx, c);
+    backend_.gemm_bf16(false, false, n, c, v, 1.0f, dl, v, linear_.lowp_weight(head), c, 0.0f, dx,
+                       c);
     if (!tied_in_place())
-      backend_.gemm_bf16(true, false, v, c, n, 1.0f, dl, v, inlp, c, 1.0f, head_grad(), c);
+      backend_.gemm_bf16(true, false, v, c, n, 1.0f, dl, v, in.lowp, c, 1.0f, head_grad(), c);
   } else {
-    linear_bwd(dx, tied_in_place() ? nullptr : head_grad(), nullptr, a.logits, in32, inlp, head, n,
-               c, v);
+    linear_.backward(dx, tied_in_place() ? nullptr : head_grad(), nullptr, a.logits, in, head, n, c,
+                     v);
   }
   if (tied_in_place()) hooks_->release_params(0);
   tp_.reduce_rows(dx, s.dnorm, n, c);
   backend_.zero(s.dresid, static_cast<size_t>(ns * c) * sizeof(float));
-  norm_backward(backend_, cfg, s.dresid, params_.grad(index_.final_norm_w),
+  norm_backward(backend_, cfg, norm(), s.dresid, params_.grad(index_.final_norm_w),
                 index_.final_norm_b >= 0 ? params_.grad(index_.final_norm_b) : nullptr, s.dnorm,
                 a.layers.back().resid_out, params_.param(index_.final_norm_w), a.final_mean,
                 a.final_rstd, ns);
@@ -474,16 +296,16 @@ void Decoder::embedding_backward(ActivationStore& a) {
   if (tied_in_place()) {
     // dW_head[v, c] += dlogits^T[v, n] * final_norm[n, c]
     const int64_t v = shard_.vocab(config_);
-    const auto [in32, inlp] = column_input(a.final_norm, a.final_norm_lp, s.full_b, n, false);
+    const LinearInput in = linear_.column_input(a.final_norm, a.final_norm_lp, s.full_b, n, false);
     if (!lowp())
-      backend_.gemm(true, false, v, c, n, 1.0f, a.logits, v, in32, c, 1.0f,
+      backend_.gemm(true, false, v, c, n, 1.0f, a.logits, v, in.f32, c, 1.0f,
                     params_.grad(index_.embed), c);
     else if (a.dlogits_bf16)
       backend_.gemm_bf16(true, false, v, c, n, 1.0f, reinterpret_cast<const uint16_t*>(a.logits), v,
-                         inlp, c, 1.0f, params_.grad(index_.embed), c);
+                         in.lowp, c, 1.0f, params_.grad(index_.embed), c);
     else
-      linear_bwd(nullptr, params_.grad(index_.embed), nullptr, a.logits, in32, inlp, index_.embed,
-                 n, c, v);
+      linear_.backward(nullptr, params_.grad(index_.embed), nullptr, a.logits, in, index_.embed, n,
+                       c, v);
   }
   hooks_->end_grads(0);
   hooks_->release_params(0);
@@ -506,14 +328,15 @@ void Decoder::run_backward(int chunk, ActivationStore& a) {
     const Recompute mode = recompute_.for_layer(local);
     if (lowp() && mode != Recompute::full && !bf16_flash())  // widen the kept q, k, v
       backend_.from_lowp(precision_, l.qkv, l.qkv_lp, a.b * a.t * shard_.qkv_width(config_));
+    BlockRun run = block_run(layer, a);
     if (mode == Recompute::full) {
-      block_forward(layer, a, l, x);
+      block_->forward(run, l, x);
     } else if (mode == Recompute::selective && !config_.flash_attention()) {
       const ModelConfig& cfg = config_;
       backend_.attention_forward(recompute_buffers_.attn_out, l.probs, l.qkv, a.b, a.t,
                                  shard_.heads(cfg), shard_.kv_heads(cfg), cfg.head_dim());
     }
-    block_backward(layer, a, l, x);
+    block_->backward(run, l, x);
     hooks_->end_grads(layer + 1);
     hooks_->release_params(layer + 1);
   }

@@ -27,23 +27,16 @@
 #include "core/arena.h"
 #include "model/activation_offload.h"
 #include "model/activations.h"
+#include "model/block.h"
 #include "model/config.h"
 #include "model/group_hooks.h"
+#include "model/lowp_weights.h"
+#include "model/parallel_linear.h"
 #include "model/params.h"
 #include "model/shard.h"
 #include "model/tensor_parallel.h"
 
 namespace strata {
-
-// Indices into the ParamStore of one block's parameters (-1 when the family has none).
-struct BlockParams {
-  int attn_norm_w = -1, attn_norm_b = -1;
-  int q_w = -1, k_w = -1, v_w = -1, q_b = -1, k_b = -1, v_b = -1;
-  int o_w = -1, o_b = -1;
-  int mlp_norm_w = -1, mlp_norm_b = -1;
-  int fc_w = -1, fc_b = -1, proj_w = -1, proj_b = -1;  // gpt2
-  int gate_w = -1, up_w = -1, down_w = -1;             // llama
-};
 
 // Indices of every parameter a shard holds (-1 when absent). blocks has one entry per global
 // layer; layers of other pipeline stages keep all -1.
@@ -65,17 +58,6 @@ ModelParamIndex register_model_params(const ModelConfig& config, const ModelShar
 // rank holding a slice initialises exactly the values one process has there.
 void init_param_elements(const ModelConfig& config, const ParamInfo& info, uint64_t seed,
                          int64_t begin, int64_t count, float* out);
-
-// Elements of the 16-bit working copy of the weights (mixed precision): the whole flat layout
-// when the parameters are resident, one group's worth (the largest) when a strategy gathers each
-// group on use (ZeRO-3).
-inline int64_t lowp_weight_elements(bool resident_params, int64_t flat_size,
-                                    const std::vector<int64_t>& group_sizes) {
-  if (resident_params) return flat_size;
-  int64_t largest = 0;
-  for (int64_t g : group_sizes) largest = std::max(largest, g);
-  return largest;
-}
 
 struct DecoderOptions {
   int slots = 1;                 // activation slots (micro-batches in flight) per chunk
@@ -153,8 +135,8 @@ class Decoder {
   // the copy of the value at `param` (inside the resident flat parameters) lives; null when there
   // is no such copy (f32 or f16 training, ZeRO-3's transient slot). bf16_copy_written: after an
   // update that wrote every parameter's copy and bumped the version, the copy is current.
-  uint16_t* bf16_copy_of(const float* param);
-  void bf16_copy_written();
+  uint16_t* bf16_copy_of(const float* param) { return lowp_weights_.bf16_copy_of(param); }
+  void bf16_copy_written() { lowp_weights_.written(); }
   const ModelParamIndex& index() const { return index_; }
   int64_t batch() const { return batch_; }
   int64_t seq_len() const { return seq_len_; }
@@ -176,27 +158,12 @@ class Decoder {
   void head_forward(ActivationStore& a);
   void head_backward(ActivationStore& a);
   double loss(ActivationStore& a, const int32_t* targets, bool backward, float grad_scale);
-  void block_forward(int layer, ActivationStore& a, LayerActivations& l, const float* x);
-  void block_backward(int layer, ActivationStore& a, LayerActivations& l, const float* x);
-  // Row-parallel linear + bias + residual: out[ns, c] = reduce(x * W^T) + bias + residual.
-  // x is read as f32 (x32) or, under mixed precision, as its 16-bit copy (xlp).
-  void row_parallel(float* out, const float* x32, const uint16_t* xlp, int w, int bias,
-                    const float* residual, int64_t n, int64_t in);
-  // y = x W^T + bias and its backward, in the model's precision (x32 or xlp as above).
-  void linear_fwd(float* y, const float* x32, const uint16_t* xlp, int w, int bias, int64_t n,
-                  int64_t in, int64_t out);
-  void linear_bwd(float* dx, float* dw, float* dbias, const float* dy, const float* x32,
-                  const uint16_t* xlp, int w, int64_t n, int64_t in, int64_t out);
-  // A column-parallel layer's input from the rows this rank holds: f32 (x32 set) or, under
-  // mixed precision, x rounded into `keep` (the 16-bit copy the layer keeps) and all-gathered
-  // under sp. Returns (f32 input, 16-bit input); exactly one is set.
-  std::pair<const float*, const uint16_t*> column_input(const float* x, uint16_t* keep,
-                                                        float* gather32, int64_t n, bool convert);
-  // The 16-bit working copy of parameter idx, refreshed from the f32 master when stale.
-  const uint16_t* lowp_weight(int idx);
+  // The block's view of one layer of the micro-batch in `a`.
+  BlockRun block_run(int layer, const ActivationStore& a);
   bool lowp() const { return precision_ != DType::f32; }
   // bf16 flash attention reads the kept bf16 q, k, v itself (no f32 copy).
   bool bf16_flash() const { return precision_ == DType::bf16 && config_.flash_attention(); }
+  NormKind norm() const { return block_->layout().norm; }
   // `saving`: backward follows and reads the saved activations (the offload copies them then).
   void run_forward(int chunk, ActivationStore& a, const int32_t* tokens, bool saving);
   void run_backward(int chunk, ActivationStore& a);
@@ -226,15 +193,10 @@ class Decoder {
   GradScratch scratch_;
   RecomputePolicy recompute_;
   DType precision_ = DType::f32;
-  // 16-bit working weights. Resident parameters: the whole flat layout, one cache entry per group.
-  // Sharded parameters (ZeRO-3): one group's worth, holding the last group converted from its
-  // gathered buffer, so that the 16-bit copy is as transient as the gathered f32 one.
-  uint16_t* lowp_params_ = nullptr;
-  bool lowp_single_slot_ = false;
-  std::vector<int64_t> lowp_version_;      // per entry: ParamStore version converted
-  std::vector<const float*> lowp_source_;  // per entry: the f32 buffer converted from
-  int lowp_slot_group_ = -1;               // single slot: the group it holds
-  LayerActivations recompute_buffers_;     // one layer's worth, shared by every recomputed layer
+  const Block* block_ = nullptr;        // the family's layer (model/block.h)
+  LowpWeights lowp_weights_;            // the 16-bit working weights (mixed precision)
+  ParallelLinear linear_;               // the layers' tp linear pieces, over the members above
+  LayerActivations recompute_buffers_;  // one layer's worth, shared by every recomputed layer
   std::unique_ptr<ActivationOffload> offload_;  // DecoderOptions::offload_activations
   GroupHooks no_hooks_;
   GroupHooks* hooks_ = &no_hooks_;

@@ -1,0 +1,136 @@
+// Block: one transformer layer of a model family, behind one interface. Each family's block lives
+// in its own unit (block_gpt2.cc, block_llama.cc, ...): its parameters, and its forward and
+// backward written out in order, llm.c style, from the shared pieces below (norms, the
+// tensor-parallel linear layers of ParallelLinear, the attention sub-layer). The Decoder only
+// orchestrates: chunks, activation slots, recomputation, offload and group hooks.
+//
+// Why an interface and not one spec table read by a generic block: families differ in the ORDER
+// and the kernels of their steps (GPT-2's GELU on fc with biases; Llama's RoPE after the qkv
+// projection and SwiGLU on gate|up; Qwen3's per-head norms of q and k before RoPE), which a table
+// would turn back into branches in one shared function. What the sizing code needs (which buffers
+// a layer keeps) is data, BlockLayout: that code runs against three arena types (the Arena, the
+// planner's MemCounter, the activation offload's recording arena) as templates, which a virtual
+// allocator could not serve.
+//
+// Blocks are stateless (one shared instance per family); everything a layer touches comes in a
+// BlockRun.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "kernels/backend.h"
+#include "model/activations.h"
+#include "model/config.h"
+#include "model/parallel_linear.h"
+#include "model/params.h"
+#include "model/shard.h"
+#include "model/tensor_parallel.h"
+
+namespace strata {
+
+// Indices into the ParamStore of one block's parameters (-1 when the family has none).
+struct BlockParams {
+  int attn_norm_w = -1, attn_norm_b = -1;
+  int q_w = -1, k_w = -1, v_w = -1, q_b = -1, k_b = -1, v_b = -1;
+  int q_norm_w = -1, k_norm_w = -1;  // per-head norms of q and k (Qwen3)
+  int o_w = -1, o_b = -1;
+  int mlp_norm_w = -1, mlp_norm_b = -1;
+  int fc_w = -1, fc_b = -1, proj_w = -1, proj_b = -1;  // GELU MLP (gpt2)
+  int gate_w = -1, up_w = -1, down_w = -1;             // SwiGLU MLP (llama, qwen3)
+};
+
+enum class NormKind { layernorm, rmsnorm };
+
+// What a family's layers (and final norm) keep, as data for the sizing code.
+struct BlockLayout {
+  NormKind norm = NormKind::rmsnorm;  // LayerNorm also keeps a mean per row, and has a bias
+  int64_t mlp_pre_factor = 1;         // the MLP's first GEMM is [n, factor * f]: fc 1, gate|up 2
+  bool biases = false;                // every linear layer has a bias
+  bool head_norm = false;             // q and k RMS-normalised per head (their inputs are kept)
+  bool learned_positions = false;     // a position table beside the token embedding
+};
+
+// Slices of the global tensors for a rank's shard: split along a dimension, replicated over the
+// tp group (with sp, a norm's gradient is then a partial sum over rows), or a kv head's.
+struct ParamSlices {
+  const ModelConfig& cfg;
+  const ModelShard& sh;
+  TensorSlice split(int dim, int64_t begin, int64_t global) const;
+  TensorSlice replicated(bool row_partial) const;
+  // k and v: this rank's kv heads, split or (tp > n_kv_head) shared with tp / n_kv_head ranks
+  // whose query heads all read the same kv head; their gradients add up.
+  TensorSlice kv(int64_t per_head) const;
+  // The query heads' rows / columns of this rank: split(dim, q0, n_head * head_dim).
+  TensorSlice query(int dim) const;
+};
+
+// What one layer's forward or backward on one micro-batch sees.
+struct BlockRun {
+  Backend& k;
+  const ModelConfig& cfg;
+  const ModelShard& shard;
+  const TensorParallel& tp;
+  ParamStore& params;
+  GradScratch& s;
+  ParallelLinear& linear;
+  const BlockParams& p;
+  int64_t b, t;
+
+  int64_t n() const { return b * t; }
+  int64_t ns() const { return shard.local_rows(b * t); }  // rows of the residual stream held
+  int64_t c() const { return cfg.d_model; }
+  int64_t heads() const { return shard.heads(cfg); }
+  int64_t kv_heads() const { return shard.kv_heads(cfg); }
+  int64_t head_dim() const { return cfg.head_dim(); }
+  int64_t ffn() const { return shard.ffn(cfg); }
+  int64_t qkv_width() const { return shard.qkv_width(cfg); }
+  bool lowp() const { return linear.lowp(); }
+  // (Parameter pointers are looked up at each use: a hook may have bound the group to a buffer.)
+  float* P(int idx) const { return idx < 0 ? nullptr : params.param(idx); }
+  float* G(int idx) const { return idx < 0 ? nullptr : params.grad(idx); }
+  // A kept GEMM input: f32, or its 16-bit copy under mixed precision.
+  LinearInput kept(const float* f32, const uint16_t* lowp_copy) const {
+    return lowp() ? LinearInput{nullptr, lowp_copy} : LinearInput{f32, nullptr};
+  }
+};
+
+class Block {
+ public:
+  virtual ~Block() = default;
+  virtual BlockLayout layout() const = 0;
+  // Registers global layer `layer`'s parameters (local shapes, global names "layers.L.*",
+  // slices) into group layer + 1. Registration order is storage order: q|k|v weights (and
+  // biases) and gate|up must be adjacent, so that one GEMM computes each fused projection.
+  virtual BlockParams register_params(ParamStore& params, const ParamSlices& slices,
+                                      int64_t layer) const = 0;
+  // x [ns, c] -> l.resid_out, keeping in l what backward reads.
+  virtual void forward(BlockRun& r, LayerActivations& l, const float* x) const = 0;
+  // dL/d(output) in r.s.dresid -> dL/d(x) in r.s.dresid; parameter gradients accumulate.
+  virtual void backward(BlockRun& r, LayerActivations& l, const float* x) const = 0;
+};
+
+// The family's block: the one place a family is chosen.
+const Block& block_for(ModelFamily family);
+
+// ---- shared pieces ---------------------------------------------------------------------------
+
+// The family's norm over rows of c: LayerNorm (mean, rstd, bias) or RMSNorm (rstd).
+void norm_forward(Backend& k, const ModelConfig& cfg, NormKind norm, float* y, float* mean,
+                  float* rstd, const float* x, const float* w, const float* bias, int64_t rows);
+void norm_backward(Backend& k, const ModelConfig& cfg, NormKind norm, float* dx, float* dw,
+                   float* dbias, const float* dy, const float* x, const float* w, const float* mean,
+                   const float* rstd, int64_t rows);
+
+// The attention sub-layer from the final q, k, v in l.qkv (after any positional transform) to
+// the residual after attention: mixed precision keeps q, k, v in 16 bits (attention reads the
+// rounded values in forward as backward will), the kernel (naive, flash, or bf16 flash reading
+// the kept bf16 q, k, v), then the row-parallel output projection plus the residual x.
+void attention_forward(BlockRun& r, LayerActivations& l, const float* x);
+// Its backward: from dL/d(residual after attention) in r.s.dresid to dL/d(q, k, v) in r.s.dqkv
+// (before any positional transform's backward). The residual's own gradient stays in s.dresid.
+void attention_backward(BlockRun& r, LayerActivations& l);
+// Registers the attention projections q|k|v (weights, then biases when `bias`) and o.
+void register_attention(ParamStore& params, const ParamSlices& slices, const std::string& prefix,
+                        int group, bool bias, BlockParams& out);
+
+}  // namespace strata
