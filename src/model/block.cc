@@ -93,9 +93,8 @@ void norm_backward(Backend& k, const ModelConfig& cfg, NormKind norm, float* dx,
 // ---- attention ---------------------------------------------------------------------------------
 
 namespace {
-// bf16 flash attention reads the kept bf16 q, k, v itself (no f32 copy).
 bool bf16_flash(const BlockRun& r) {
-  return r.linear.precision() == DType::bf16 && r.cfg.flash_attention();
+  return bf16_flash_attention(r.linear.precision(), r.cfg);
 }
 }  // namespace
 

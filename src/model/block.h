@@ -114,6 +114,11 @@ const Block& block_for(ModelFamily family);
 
 // ---- shared pieces ---------------------------------------------------------------------------
 
+// bf16 flash attention reads the kept bf16 q, k, v itself (no f32 copy to widen them into).
+inline bool bf16_flash_attention(DType precision, const ModelConfig& cfg) {
+  return precision == DType::bf16 && cfg.flash_attention();
+}
+
 // The family's norm over rows of c: LayerNorm (mean, rstd, bias) or RMSNorm (rstd).
 void norm_forward(Backend& k, const ModelConfig& cfg, NormKind norm, float* y, float* mean,
                   float* rstd, const float* x, const float* w, const float* bias, int64_t rows);

@@ -161,8 +161,7 @@ class Decoder {
   // The block's view of one layer of the micro-batch in `a`.
   BlockRun block_run(int layer, const ActivationStore& a);
   bool lowp() const { return precision_ != DType::f32; }
-  // bf16 flash attention reads the kept bf16 q, k, v itself (no f32 copy).
-  bool bf16_flash() const { return precision_ == DType::bf16 && config_.flash_attention(); }
+  bool bf16_flash() const { return bf16_flash_attention(precision_, config_); }
   NormKind norm() const { return block_->layout().norm; }
   // `saving`: backward follows and reads the saved activations (the offload copies them then).
   void run_forward(int chunk, ActivationStore& a, const int32_t* tokens, bool saving);
