@@ -18,7 +18,7 @@ packages=(
   chromium                    # headless browser: the test that renders `strata report`
 )
 # Reference, benchmark peer, and the transformers interop test (~165 MB download).
-packages+=(python3-torch python3-numpy python3-pip)
+packages+=(python3-torch python3-numpy python3-pip python3-venv)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

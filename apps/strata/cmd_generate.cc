@@ -49,6 +49,7 @@ Command add_generate_command(CLI::App& parent) {
                          "to start from token ids");
             std::vector<int32_t> ids = a->tokens.empty() ? tok->encode(a->prompt) : a->tokens;
             if (ids.empty()) ids.push_back(tok->eot_id());
+            if (tok) a->sample.vocab_limit = tok->vocab_size();
             for (int32_t id : ids)
               STRATA_CHECK(id >= 0 && id < config.model.vocab_size, "--tokens: id ", id,
                            " is outside the vocabulary [0, ", config.model.vocab_size, ")");

@@ -17,6 +17,8 @@
 #include "core/arena.h"
 #include "core/dtype.h"
 #include "core/tensor.h"  // Device
+#include "kernels/rope_spec.h"
+#include "kernels/shapes.h"
 
 namespace strata {
 
@@ -124,10 +126,13 @@ class Backend {
   virtual void swiglu_forward(float* y, const float* gate_up, int64_t n, int64_t f) = 0;
   virtual void swiglu_backward(float* dgate_up, const float* gate_up, const float* dy, int64_t n,
                                int64_t f) = 0;
-  virtual void rope_forward(float* qkv, int64_t b, int64_t t, int64_t nh, int64_t nkv, int64_t hd,
-                            float theta) = 0;
-  virtual void rope_backward(float* dqkv, int64_t b, int64_t t, int64_t nh, int64_t nkv, int64_t hd,
-                             float theta) = 0;
+  virtual void rope_forward(float* qkv, const AttentionShape& s, const RopeSpec& rope) = 0;
+  virtual void rope_backward(float* dqkv, const AttentionShape& s, const RopeSpec& rope) = 0;
+  virtual void head_rmsnorm_forward(float* qkv, float* pre, float* rstd, const float* wq,
+                                    const float* wk, const AttentionShape& s, float eps) = 0;
+  virtual void head_rmsnorm_backward(float* dqkv, float* dwq, float* dwk, const float* pre,
+                                     const float* rstd, const float* wq, const float* wk,
+                                     const AttentionShape& s) = 0;
 
   // ---- attention -------------------------------------------------------------------------------
   // Naive attention (materialised probabilities); a backend may not have it (supports_naive).

@@ -55,6 +55,11 @@ LayerActivations layer_buffers(const ModelConfig& cfg, const ModelShard& shard, 
   if (layernorm) l.attn_mean = buf(ns, "attention norm mean");
   l.attn_rstd = buf(ns, "attention norm rstd");
   gemm_input(l.qkv, l.qkv_lp, n * shard.qkv_width(cfg), "qkv");
+  if (layout.head_norm) {
+    const int64_t qk_heads = nh + shard.kv_heads(cfg);
+    l.qk_pre = buf(n * qk_heads * cfg.head_dim(), "q and k before their head norms");
+    l.qk_rstd = buf(n * qk_heads, "q and k head norm rstd");
+  }
   if (cfg.flash_attention())
     l.lse = buf(batch * nh * seq_len, "attention log-sum-exp");
   else if (mode == Recompute::none)

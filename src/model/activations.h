@@ -22,6 +22,8 @@ struct LayerActivations {
   float* attn_mean = nullptr;  // [ns] (LayerNorm only)
   float* attn_rstd = nullptr;  // [ns]
   float* qkv = nullptr;        // [n, qkv_width] (q and k after RoPE for llama)
+  float* qk_pre = nullptr;     // [n, (nh + nkv) * hd] q and k before their head norms (qwen3)
+  float* qk_rstd = nullptr;    // [n * (nh + nkv)] their head norms' rstd (qwen3)
   float* probs = nullptr;      // [b, nh, t, t] (naive attention)
   float* lse = nullptr;        // [b, nh, t] log-sum-exp of each query row (flash attention)
   float* attn_out = nullptr;   // [n, nh*hd] heads concatenated

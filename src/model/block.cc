@@ -6,6 +6,7 @@ namespace strata {
 
 const Block& gpt2_block();   // block_gpt2.cc
 const Block& llama_block();  // block_llama.cc
+const Block& qwen3_block();  // block_qwen3.cc
 
 const Block& block_for(ModelFamily family) {
   switch (family) {
@@ -13,6 +14,8 @@ const Block& block_for(ModelFamily family) {
       return gpt2_block();
     case ModelFamily::llama:
       return llama_block();
+    case ModelFamily::qwen3:
+      return qwen3_block();
   }
   fail("unknown model family ", static_cast<int>(family));
 }
@@ -35,6 +38,12 @@ TensorSlice ParamSlices::replicated(bool row_partial) const {
   s.holder_index = sh.tp_rank;
   s.replicated = true;
   s.sum_grads = row_partial && sh.sp;
+  return s;
+}
+
+TensorSlice ParamSlices::head_partial() const {
+  TensorSlice s = replicated(false);
+  s.sum_grads = sh.tp > 1;
   return s;
 }
 
@@ -139,6 +148,71 @@ void attention_backward(BlockRun& r, LayerActivations& l) {
                                nkv, hd);
   else
     k.attention_backward(s.dqkv, s.attn_scratch, s.dattn, l.qkv, l.probs, b, t, nh, nkv, hd);
+}
+
+// ---- the RMSNorm families' qkv input and SwiGLU MLP
+// ----------------------------------------------
+
+void rms_qkv_forward(BlockRun& r, LayerActivations& l, const float* x) {
+  const int64_t n = r.n(), c = r.c();
+  norm_forward(r.k, r.cfg, NormKind::rmsnorm, l.attn_norm, nullptr, l.attn_rstd, x,
+               r.P(r.p.attn_norm_w), nullptr, r.ns());
+  LinearInput in = r.linear.column_input(l.attn_norm, l.attn_norm_lp, r.s.full_a, n, true);
+  r.linear.forward(l.qkv, in, r.p.q_w, -1, n, c, r.qkv_width());
+}
+
+void rms_qkv_backward(BlockRun& r, LayerActivations& l, const float* x) {
+  GradScratch& s = r.s;
+  const int64_t n = r.n(), c = r.c();
+  // Under sp, full_a receives the full-row input gradient, full_b the re-gathered norm output.
+  float* dnorm_rows = r.tp.sp() ? s.full_a : s.dnorm;
+  LinearInput in = r.linear.column_input(l.attn_norm, l.attn_norm_lp, s.full_b, n, false);
+  r.linear.backward(dnorm_rows, r.G(r.p.q_w), nullptr, s.dqkv, in, r.p.q_w, n, c, r.qkv_width());
+  r.tp.reduce_rows(dnorm_rows, s.dnorm, n, c);
+  norm_backward(r.k, r.cfg, NormKind::rmsnorm, s.dresid, r.G(r.p.attn_norm_w), nullptr, s.dnorm, x,
+                r.P(r.p.attn_norm_w), nullptr, l.attn_rstd, r.ns());
+}
+
+void register_swiglu_mlp(ParamStore& p, const ParamSlices& sl, const std::string& pre, int g,
+                         BlockParams& b) {
+  const ModelConfig& cfg = sl.cfg;
+  const int64_t c = cfg.d_model, f = sl.sh.ffn(cfg), f0 = sl.sh.tp_rank * f;
+  b.mlp_norm_w = p.add(pre + "mlp_norm.weight", {c}, g, sl.replicated(true));
+  b.gate_w = p.add(pre + "mlp.gate.weight", {f, c}, g, sl.split(0, f0, cfg.d_ff));
+  b.up_w = p.add(pre + "mlp.up.weight", {f, c}, g, sl.split(0, f0, cfg.d_ff));
+  b.down_w = p.add(pre + "mlp.down.weight", {c, f}, g, sl.split(1, f0, cfg.d_ff));
+}
+
+void swiglu_mlp_forward(BlockRun& r, LayerActivations& l) {
+  const BlockParams& p = r.p;
+  const int64_t n = r.n(), c = r.c(), f = r.ffn();
+  norm_forward(r.k, r.cfg, NormKind::rmsnorm, l.mlp_norm, nullptr, l.mlp_rstd, l.resid_mid,
+               r.P(p.mlp_norm_w), nullptr, r.ns());
+  LinearInput in = r.linear.column_input(l.mlp_norm, l.mlp_norm_lp, r.s.full_a, n, true);
+  r.linear.forward(l.mlp_pre, in, p.gate_w, -1, n, c, 2 * f);
+  r.k.swiglu_forward(l.mlp_act, l.mlp_pre, n, f);
+  if (r.lowp()) r.k.to_lowp(r.linear.precision(), l.mlp_act_lp, l.mlp_act, n * f);
+  r.linear.row_parallel(l.resid_out, r.kept(l.mlp_act, l.mlp_act_lp), p.down_w, -1, l.resid_mid, n,
+                        f);
+}
+
+void swiglu_mlp_backward(BlockRun& r, LayerActivations& l) {
+  const BlockParams& p = r.p;
+  GradScratch& s = r.s;
+  const int64_t n = r.n(), c = r.c(), f = r.ffn();
+  // Under sp, full_a holds the gathered output gradient, then the full-row input gradient;
+  // full_b the re-gathered norm output (forward kept only this rank's rows of it).
+  float* dnorm_rows = r.tp.sp() ? s.full_a : s.dnorm;
+  // s.dresid holds dL/d(block output); the residual path passes it through unchanged.
+  const float* dy = r.tp.gather_rows(s.dresid, s.full_a, n, c);
+  r.linear.backward(s.dmlp_act, r.G(p.down_w), nullptr, dy, r.kept(l.mlp_act, l.mlp_act_lp),
+                    p.down_w, n, f, c);
+  r.k.swiglu_backward(s.dmlp_pre, l.mlp_pre, s.dmlp_act, n, f);
+  LinearInput in = r.linear.column_input(l.mlp_norm, l.mlp_norm_lp, s.full_b, n, false);
+  r.linear.backward(dnorm_rows, r.G(p.gate_w), nullptr, s.dmlp_pre, in, p.gate_w, n, c, 2 * f);
+  r.tp.reduce_rows(dnorm_rows, s.dnorm, n, c);
+  norm_backward(r.k, r.cfg, NormKind::rmsnorm, s.dresid, r.G(p.mlp_norm_w), nullptr, s.dnorm,
+                l.resid_mid, r.P(p.mlp_norm_w), nullptr, l.mlp_rstd, r.ns());
 }
 
 }  // namespace strata

@@ -48,6 +48,8 @@ struct BlockLayout {
   bool biases = false;                // every linear layer has a bias
   bool head_norm = false;             // q and k RMS-normalised per head (their inputs are kept)
   bool learned_positions = false;     // a position table beside the token embedding
+  bool rope = false;                  // q and k rotated by RoPE (rope_theta, rope_scaling)
+  bool grouped_query = false;         // n_kv_head may be below n_head
 };
 
 // Slices of the global tensors for a rank's shard: split along a dimension, replicated over the
@@ -57,6 +59,9 @@ struct ParamSlices {
   const ModelShard& sh;
   TensorSlice split(int dim, int64_t begin, int64_t global) const;
   TensorSlice replicated(bool row_partial) const;
+  // A per-head weight (Qwen3's q and k norms) every tp rank holds whole, whose gradient is a
+  // partial sum over this rank's heads: summed over the group.
+  TensorSlice head_partial() const;
   // k and v: this rank's kv heads, split or (tp > n_kv_head) shared with tp / n_kv_head ranks
   // whose query heads all read the same kv head; their gradients add up.
   TensorSlice kv(int64_t per_head) const;
@@ -84,6 +89,7 @@ struct BlockRun {
   int64_t head_dim() const { return cfg.head_dim(); }
   int64_t ffn() const { return shard.ffn(cfg); }
   int64_t qkv_width() const { return shard.qkv_width(cfg); }
+  AttentionShape attention_shape() const { return {b, t, heads(), kv_heads(), head_dim()}; }
   bool lowp() const { return linear.lowp(); }
   // (Parameter pointers are looked up at each use: a hook may have bound the group to a buffer.)
   float* P(int idx) const { return idx < 0 ? nullptr : params.param(idx); }
@@ -134,6 +140,19 @@ void attention_forward(BlockRun& r, LayerActivations& l, const float* x);
 // Its backward: from dL/d(residual after attention) in r.s.dresid to dL/d(q, k, v) in r.s.dqkv
 // (before any positional transform's backward). The residual's own gradient stays in s.dresid.
 void attention_backward(BlockRun& r, LayerActivations& l);
+// The pre-norm input of the attention of the RMSNorm families without biases (llama, qwen3):
+// x -> RMSNorm -> q|k|v in l.qkv. Its backward takes dL/d(q, k, v) in r.s.dqkv and adds
+// dL/d(x) to r.s.dresid (the residual's own gradient, already there).
+void rms_qkv_forward(BlockRun& r, LayerActivations& l, const float* x);
+void rms_qkv_backward(BlockRun& r, LayerActivations& l, const float* x);
+// The MLP half of those families: l.resid_mid -> RMSNorm -> gate|up -> SwiGLU -> down + resid_mid
+// = l.resid_out; and its backward from dL/d(output) to dL/d(resid_mid), both in r.s.dresid.
+void swiglu_mlp_forward(BlockRun& r, LayerActivations& l);
+void swiglu_mlp_backward(BlockRun& r, LayerActivations& l);
+// Registers the RMSNorm weight and gate, up, down of swiglu_mlp_forward.
+void register_swiglu_mlp(ParamStore& params, const ParamSlices& slices, const std::string& prefix,
+                         int group, BlockParams& out);
+
 // Registers the attention projections q|k|v (weights, then biases when `bias`) and o.
 void register_attention(ParamStore& params, const ParamSlices& slices, const std::string& prefix,
                         int group, bool bias, BlockParams& out);

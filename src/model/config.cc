@@ -5,36 +5,86 @@
 
 namespace strata {
 
+namespace {
+struct FamilyName {
+  ModelFamily family;
+  const char* name;
+};
+constexpr FamilyName kFamilies[] = {
+    {ModelFamily::gpt2, "gpt2"}, {ModelFamily::llama, "llama"}, {ModelFamily::qwen3, "qwen3"}};
+}  // namespace
+
 const char* family_name(ModelFamily f) {
-  return f == ModelFamily::gpt2 ? "gpt2" : "llama";
+  for (const FamilyName& e : kFamilies)
+    if (e.family == f) return e.name;
+  fail("unknown model family ", static_cast<int>(f));
 }
 
 ModelFamily family_from_name(const std::string& name) {
-  if (name == "gpt2") return ModelFamily::gpt2;
-  if (name == "llama") return ModelFamily::llama;
-  fail("model.family: unknown family '", name, "' (expected \"gpt2\" or \"llama\")");
+  for (const FamilyName& e : kFamilies)
+    if (name == e.name) return e.family;
+  fail("model.family: unknown family '", name, "' (expected \"gpt2\", \"llama\" or \"qwen3\")");
+}
+
+const char* rope_scaling_name(RopeScaling s) {
+  return s == RopeScaling::llama3 ? "llama3" : "none";
+}
+
+RopeScaling rope_scaling_from_name(const std::string& name) {
+  if (name == "none") return RopeScaling::none;
+  if (name == "llama3") return RopeScaling::llama3;
+  fail("model.rope_scaling: unknown kind '", name, "' (expected \"none\" or \"llama3\")");
+}
+
+RopeSpec ModelConfig::rope() const {
+  return RopeSpec{.theta = double(rope_theta),
+                  .scaling = rope_scaling,
+                  .factor = rope_factor,
+                  .low_freq_factor = rope_low_freq_factor,
+                  .high_freq_factor = rope_high_freq_factor,
+                  .original_max_positions = double(rope_original_max_seq_len)};
 }
 
 void ModelConfig::finalize() {
   STRATA_CHECK(n_layer >= 1, "model.n_layer: must be at least 1, got ", n_layer);
   STRATA_CHECK(n_head >= 1, "model.n_head: must be at least 1, got ", n_head);
   STRATA_CHECK(d_model >= 1, "model.d_model: must be at least 1, got ", d_model);
-  STRATA_CHECK(d_model % n_head == 0, "model.n_head: ", n_head,
+  STRATA_CHECK(attn_head_dim >= 0,
+               "model.head_dim: must be positive (or 0: d_model / n_head), got ", attn_head_dim);
+  STRATA_CHECK(attn_head_dim > 0 || d_model % n_head == 0, "model.n_head: ", n_head,
                " heads do not divide d_model = ", d_model,
-               "; choose n_head so that d_model / n_head is a whole head size");
+               "; choose n_head so that d_model / n_head is a whole head size, or set "
+               "model.head_dim");
   if (n_kv_head == 0) n_kv_head = n_head;
   STRATA_CHECK(n_kv_head >= 1 && n_head % n_kv_head == 0, "model.n_kv_head: ", n_kv_head,
                " must divide n_head = ", n_head,
                " (grouped-query attention shares each kv head "
                "among n_head / n_kv_head query heads)");
-  STRATA_CHECK(family == ModelFamily::llama || n_kv_head == n_head,
-               "model.n_kv_head: the gpt2 family has multi-head attention; set n_kv_head = ",
-               n_head, " or use family = \"llama\"");
-  if (family == ModelFamily::llama) {
-    STRATA_CHECK(head_dim() % 2 == 0, "model.d_model: RoPE needs an even head size, got ",
+  const BlockLayout layout = block_for(family).layout();
+  STRATA_CHECK(layout.grouped_query || n_kv_head == n_head, "model.n_kv_head: the ",
+               family_name(family), " family has multi-head attention; set n_kv_head = ", n_head,
+               " or use family = \"llama\"");
+  STRATA_CHECK(layout.rope || attn_head_dim == 0 || attn_head_dim * n_head == d_model,
+               "model.head_dim: the ", family_name(family),
+               " family's heads are d_model / n_head wide; leave head_dim unset");
+  if (layout.rope) {
+    STRATA_CHECK(head_dim() % 2 == 0, "model.head_dim: RoPE needs an even head size, got ",
                  head_dim());
+    STRATA_CHECK(rope_theta > 0, "model.rope_theta: must be positive, got ", rope_theta);
   }
-  if (d_ff == 0) d_ff = family == ModelFamily::gpt2 ? 4 * d_model : swiglu_hidden(d_model);
+  STRATA_CHECK(rope_scaling == RopeScaling::none || layout.rope, "model.rope_scaling: the ",
+               family_name(family), " family has no RoPE (learned positions)");
+  if (rope_scaling == RopeScaling::llama3) {
+    STRATA_CHECK(rope_factor >= 1, "model.rope_factor: must be at least 1, got ", rope_factor);
+    STRATA_CHECK(rope_low_freq_factor > 0 && rope_high_freq_factor > rope_low_freq_factor,
+                 "model.rope_high_freq_factor: must exceed rope_low_freq_factor (> 0), got ",
+                 rope_high_freq_factor, " and ", rope_low_freq_factor);
+    STRATA_CHECK(rope_original_max_seq_len >= 1,
+                 "model.rope_original_max_seq_len: must be at least 1, got ",
+                 rope_original_max_seq_len);
+  }
+  // A gated MLP (gate|up, mlp_pre_factor 2) defaults to LLaMA's 2/3 of 4C; GELU's to 4C.
+  if (d_ff == 0) d_ff = layout.mlp_pre_factor == 2 ? swiglu_hidden(d_model) : 4 * d_model;
   STRATA_CHECK(d_ff >= 1, "model.d_ff: must be positive, got ", d_ff);
   STRATA_CHECK(vocab_size >= 2, "model.vocab_size: must be at least 2, got ", vocab_size);
   STRATA_CHECK(max_seq_len >= 1, "model.max_seq_len: must be at least 1, got ", max_seq_len);

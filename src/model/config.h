@@ -1,13 +1,17 @@
-// ModelConfig: the architecture of one decoder. Two families share one implementation:
+// ModelConfig: the architecture of one decoder. Each family is a block (model/block_*.cc):
 //   gpt2:  LayerNorm, GELU(tanh) MLP of width 4C, learned positions, biases, tied embeddings.
-//   llama: RMSNorm, SwiGLU MLP, RoPE, grouped-query attention, no biases, untied head.
+//   llama: RMSNorm, SwiGLU MLP, RoPE (plain, or Llama 3's rescaled frequencies), grouped-query
+//          attention, no biases, untied head (Llama 2, 3.x).
+//   qwen3: llama's layer with RMSNorm of q and k per head before RoPE (Qwen3 dense models).
 #pragma once
 #include <cstdint>
 #include <string>
 
+#include "kernels/rope_spec.h"
+
 namespace strata {
 
-enum class ModelFamily { gpt2, llama };
+enum class ModelFamily { gpt2, llama, qwen3 };
 
 struct ModelConfig {
   ModelFamily family = ModelFamily::gpt2;
@@ -20,6 +24,17 @@ struct ModelConfig {
   int64_t max_seq_len = 256;
   float norm_eps = 1e-5f;
   float rope_theta = 10000.0f;
+  // RoPE frequency rescaling (rope-based families): "llama3" is Llama 3.1+'s (rope_scaling
+  // {"rope_type": "llama3", factor, low_freq_factor, high_freq_factor,
+  // original_max_position_embeddings} in Hugging Face's config.json).
+  RopeScaling rope_scaling = RopeScaling::none;
+  double rope_factor = 8.0;
+  double rope_low_freq_factor = 1.0;
+  double rope_high_freq_factor = 4.0;
+  int64_t rope_original_max_seq_len = 8192;
+  // Width of one attention head; 0 means d_model / n_head. Qwen3 sets it apart from d_model
+  // (Qwen3-0.6B: d_model 1024, 16 heads of 128).
+  int64_t attn_head_dim = 0;
   bool tie_embeddings = true;  // gpt2 default true, llama default false
   float init_std = 0.02f;
   // Attention kernel: "naive" keeps the T×T probabilities for backward; "flash" keeps only the
@@ -27,10 +42,11 @@ struct ModelConfig {
   std::string attention = "naive";
 
   // Derived values, valid after finalize().
-  int64_t head_dim() const { return d_model / n_head; }
+  int64_t head_dim() const { return attn_head_dim > 0 ? attn_head_dim : d_model / n_head; }
   int64_t kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
   int64_t qkv_width() const { return (n_head + 2 * kv_heads()) * head_dim(); }
   bool flash_attention() const { return attention == "flash"; }
+  RopeSpec rope() const;
 
   // Fills defaults that depend on the family and checks consistency; throws strata::Error
   // naming the key ("model.n_head") and the problem.
@@ -47,5 +63,7 @@ inline int64_t swiglu_hidden(int64_t d_model) {
 
 const char* family_name(ModelFamily f);
 ModelFamily family_from_name(const std::string& name);  // throws naming the key model.family
+const char* rope_scaling_name(RopeScaling s);
+RopeScaling rope_scaling_from_name(const std::string& name);  // throws naming model.rope_scaling
 
 }  // namespace strata

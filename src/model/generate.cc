@@ -13,6 +13,7 @@ std::vector<int32_t> generate(Decoder& model, const std::vector<int32_t>& prompt
                               const std::function<void(int32_t)>& on_token) {
   STRATA_CHECK(!prompt.empty(), "generate: the prompt must contain at least one token");
   const int64_t v = model.config().vocab_size, window = model.seq_len();
+  const int64_t drawable = options.vocab_limit > 0 ? std::min(options.vocab_limit, v) : v;
   const CounterRng rng(options.seed, hash_name("sample"));
   std::vector<int32_t> tokens = prompt;
   std::vector<float> probs(static_cast<size_t>(v)), last(static_cast<size_t>(v));
@@ -26,12 +27,12 @@ std::vector<int32_t> generate(Decoder& model, const std::vector<int32_t>& prompt
     const float* logits = last.data();
     int32_t next = 0;
     if (options.temperature <= 0.0f) {
-      next = static_cast<int32_t>(std::max_element(logits, logits + v) - logits);
+      next = static_cast<int32_t>(std::max_element(logits, logits + drawable) - logits);
     } else {
       // Keep the top-k logits, softmax them at the temperature, draw one by inverse CDF.
-      std::iota(order.begin(), order.end(), 0);
-      const int64_t k = options.top_k > 0 ? std::min(options.top_k, v) : v;
-      std::partial_sort(order.begin(), order.begin() + k, order.end(),
+      std::iota(order.begin(), order.begin() + drawable, 0);
+      const int64_t k = options.top_k > 0 ? std::min(options.top_k, drawable) : drawable;
+      std::partial_sort(order.begin(), order.begin() + k, order.begin() + drawable,
                         [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
       const float top = logits[order[0]];
       double total = 0;

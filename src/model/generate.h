@@ -14,6 +14,10 @@ struct SampleOptions {
   int64_t top_k = 40;        // 0 means the whole vocabulary
   uint64_t seed = 1;
   int32_t stop_token = -1;  // stop after emitting this token (-1: never)
+  // Sample only ids below this (0: the whole vocabulary). A model's vocabulary is often padded
+  // past its tokenizer's (Qwen3: 151936 rows for 151669 tokens): ids the tokenizer cannot decode
+  // are never drawn.
+  int64_t vocab_limit = 0;
 };
 
 // Extends `prompt` (non-empty) by up to max_new_tokens tokens; the context is the last

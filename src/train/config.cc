@@ -22,8 +22,9 @@ namespace strata {
 
 namespace {
 
-using FieldRef = std::variant<int64_t*, uint64_t*, float*, double*, bool*, std::string*,
-                              std::vector<std::string>*, std::vector<int64_t>*, ModelFamily*>;
+using FieldRef =
+    std::variant<int64_t*, uint64_t*, float*, double*, bool*, std::string*,
+                 std::vector<std::string>*, std::vector<int64_t>*, ModelFamily*, RopeScaling*>;
 
 struct Field {
   const char* key;  // "section.name", as written in TOML and JSON
@@ -46,6 +47,13 @@ const Field kFields[] = {
     STRATA_FIELD(model, max_seq_len),
     STRATA_FIELD(model, norm_eps),
     STRATA_FIELD(model, rope_theta),
+    STRATA_FIELD(model, rope_scaling),
+    STRATA_FIELD(model, rope_factor),
+    STRATA_FIELD(model, rope_low_freq_factor),
+    STRATA_FIELD(model, rope_high_freq_factor),
+    STRATA_FIELD(model, rope_original_max_seq_len),
+    // model.head_dim: the member is attn_head_dim (ModelConfig::head_dim() is the derived width).
+    Field{"model.head_dim", [](RunConfig& c) -> FieldRef { return &c.model.attn_head_dim; }},
     STRATA_FIELD(model, tie_embeddings),
     STRATA_FIELD(model, init_std),
     STRATA_FIELD(model, attention),
@@ -268,7 +276,10 @@ struct ExpectedName {
   std::string operator()(std::string*) const { return "a string"; }
   std::string operator()(std::vector<std::string>*) const { return "an array of strings"; }
   std::string operator()(std::vector<int64_t>*) const { return "an array of integers"; }
-  std::string operator()(ModelFamily*) const { return "a string (\"gpt2\" or \"llama\")"; }
+  std::string operator()(ModelFamily*) const {
+    return "a string (\"gpt2\", \"llama\" or \"qwen3\")";
+  }
+  std::string operator()(RopeScaling*) const { return "a string (\"none\" or \"llama3\")"; }
 };
 
 // Finite numbers only: inf or nan in a learning rate or epsilon is never intended, and a double
@@ -356,6 +367,14 @@ struct TomlAssign {
       fail(where, ": ", e.what());  // family_from_name already names model.family
     }
   }
+  void operator()(RopeScaling* out) const {
+    if (!node.is_string()) wrong_type(out);
+    try {
+      *out = rope_scaling_from_name(node.as_string()->get());
+    } catch (const Error& e) {
+      fail(where, ": ", e.what());  // names model.rope_scaling
+    }
+  }
 };
 
 // Parsing state beyond the struct itself: whether a key whose default depends on other keys
@@ -427,6 +446,7 @@ void apply_override(Reader& reader, const std::string& text) {
       (std::holds_alternative<std::string*>(field->ref(reader.config)) ||
        std::holds_alternative<std::vector<int64_t>*>(field->ref(reader.config)) ||
        std::holds_alternative<ModelFamily*>(field->ref(reader.config)) ||
+       std::holds_alternative<RopeScaling*>(field->ref(reader.config)) ||
        std::holds_alternative<std::vector<std::string>*>(field->ref(reader.config)));
 
   toml::table parsed;
@@ -470,6 +490,7 @@ struct ToJson {
   nlohmann::json operator()(const std::vector<std::string>* v) const { return *v; }
   nlohmann::json operator()(const std::vector<int64_t>* v) const { return *v; }
   nlohmann::json operator()(const ModelFamily* v) const { return family_name(*v); }
+  nlohmann::json operator()(const RopeScaling* v) const { return rope_scaling_name(*v); }
 };
 
 struct FromJson {
@@ -523,6 +544,10 @@ struct FromJson {
   void operator()(ModelFamily* out) const {
     if (!j.is_string()) wrong_type(out);
     *out = family_from_name(j.get<std::string>());
+  }
+  void operator()(RopeScaling* out) const {
+    if (!j.is_string()) wrong_type(out);
+    *out = rope_scaling_from_name(j.get<std::string>());
   }
 };
 

@@ -11,6 +11,7 @@
 #include "data/tokenizer.h"
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
+#include "model/block.h"
 #include "model/decoder.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
@@ -29,7 +30,8 @@ std::string shape_str(const std::vector<int64_t>& shape) {
 }
 
 // A float as TOML reads it back exactly (shortest round-trip digits, always a float literal).
-std::string toml_float(float f) {
+template <typename F>
+std::string toml_float(F f) {
   char buf[32];
   const auto r = std::to_chars(buf, buf + sizeof buf, f);
   std::string s(buf, r.ptr);
@@ -95,7 +97,15 @@ std::string import_config_toml(const ModelConfig& m, const std::string& source,
   t += cat("n_layer = ", m.n_layer, "\nn_head = ", m.n_head, "\nn_kv_head = ", m.kv_heads(), "\n");
   t += cat("d_model = ", m.d_model, "\nd_ff = ", m.d_ff, "\nvocab_size = ", m.vocab_size, "\n");
   t += cat("max_seq_len = ", m.max_seq_len, "\nnorm_eps = ", toml_float(m.norm_eps), "\n");
-  if (m.family == ModelFamily::llama) t += cat("rope_theta = ", toml_float(m.rope_theta), "\n");
+  if (m.attn_head_dim > 0) t += cat("head_dim = ", m.attn_head_dim, "\n");
+  if (block_for(m.family).layout().rope) t += cat("rope_theta = ", toml_float(m.rope_theta), "\n");
+  if (m.rope_scaling != RopeScaling::none) {
+    t += cat("rope_scaling = \"", rope_scaling_name(m.rope_scaling), "\"\n");
+    t += cat("rope_factor = ", toml_float(m.rope_factor), "\n");
+    t += cat("rope_low_freq_factor = ", toml_float(m.rope_low_freq_factor), "\n");
+    t += cat("rope_high_freq_factor = ", toml_float(m.rope_high_freq_factor), "\n");
+    t += cat("rope_original_max_seq_len = ", m.rope_original_max_seq_len, "\n");
+  }
   t += cat("tie_embeddings = ", m.tie_embeddings ? "true" : "false", "\n");
   t += cat("init_std = ", toml_float(m.init_std), "\n\n");
   t += cat("[train]\nseq_len = ", std::min<int64_t>(m.max_seq_len, 256), "\nbatch_size = 4\n\n");

@@ -71,8 +71,24 @@ struct Fields {
 
 }  // namespace
 
+namespace {
+struct HfFamily {
+  ModelFamily family;
+  const char* architecture;
+  const char* model_type;
+};
+constexpr HfFamily kHfFamilies[] = {{ModelFamily::gpt2, "GPT2LMHeadModel", "gpt2"},
+                                    {ModelFamily::llama, "LlamaForCausalLM", "llama"},
+                                    {ModelFamily::qwen3, "Qwen3ForCausalLM", "qwen3"}};
+const HfFamily& hf_family(ModelFamily family) {
+  for (const HfFamily& f : kHfFamilies)
+    if (f.family == family) return f;
+  fail("unknown model family ", static_cast<int>(family));
+}
+}  // namespace
+
 const char* architecture(ModelFamily family) {
-  return family == ModelFamily::gpt2 ? "GPT2LMHeadModel" : "LlamaForCausalLM";
+  return hf_family(family).architecture;
 }
 
 std::vector<Rule> rules(const ModelConfig& c) {
@@ -119,6 +135,10 @@ std::vector<Rule> rules(const ModelConfig& c) {
       add(p + "attn.k.weight", {nkv, C}, h + "self_attn.k_proj.weight");
       add(p + "attn.v.weight", {nkv, C}, h + "self_attn.v_proj.weight");
       add(p + "attn.o.weight", {C, nq}, h + "self_attn.o_proj.weight");
+      if (c.family == ModelFamily::qwen3) {
+        add(p + "attn.q_norm.weight", {c.head_dim()}, h + "self_attn.q_norm.weight");
+        add(p + "attn.k_norm.weight", {c.head_dim()}, h + "self_attn.k_norm.weight");
+      }
       add(p + "mlp_norm.weight", {C}, h + "post_attention_layernorm.weight");
       add(p + "mlp.gate.weight", {F, C}, h + "mlp.gate_proj.weight");
       add(p + "mlp.up.weight", {F, C}, h + "mlp.up_proj.weight");
@@ -190,7 +210,7 @@ nlohmann::json config_json(const ModelConfig& c, int64_t eos) {
     j["resid_pdrop"] = j["embd_pdrop"] = j["attn_pdrop"] = 0.0;  // strata trains without dropout
     j["scale_attn_weights"] = true;
   } else {
-    j["model_type"] = "llama";
+    j["model_type"] = hf_family(c.family).model_type;
     j["vocab_size"] = c.vocab_size;
     j["max_position_embeddings"] = c.max_seq_len;
     j["hidden_size"] = c.d_model;
@@ -203,8 +223,21 @@ nlohmann::json config_json(const ModelConfig& c, int64_t eos) {
     j["rms_norm_eps"] = shortest(c.norm_eps);
     j["rope_theta"] = shortest(c.rope_theta);
     j["rope_scaling"] = nullptr;
+    if (c.rope_scaling == RopeScaling::llama3) {
+      j["rope_scaling"] = {{"rope_type", "llama3"},
+                           {"factor", c.rope_factor},
+                           {"low_freq_factor", c.rope_low_freq_factor},
+                           {"high_freq_factor", c.rope_high_freq_factor},
+                           {"original_max_position_embeddings", c.rope_original_max_seq_len}};
+    }
     j["attention_bias"] = false;
-    j["mlp_bias"] = false;
+    if (c.family == ModelFamily::qwen3) {
+      j["use_sliding_window"] = false;
+      j["sliding_window"] = nullptr;
+      j["max_window_layers"] = c.n_layer;
+    } else {
+      j["mlp_bias"] = false;
+    }
     j["attention_dropout"] = 0.0;
     j["pretraining_tp"] = 1;
   }
@@ -228,15 +261,15 @@ ModelConfig model_from_config_json(const nlohmann::json& j, const std::string& s
   }
   const std::string type = f.text("model_type", "");
   ModelConfig c;
-  if (arch == "GPT2LMHeadModel" || (arch.empty() && type == "gpt2")) {
-    c.family = ModelFamily::gpt2;
-  } else if (arch == "LlamaForCausalLM" || (arch.empty() && type == "llama")) {
-    c.family = ModelFamily::llama;
-  } else {
+  const HfFamily* known = nullptr;
+  for (const HfFamily& h : kHfFamilies)
+    if (arch == h.architecture || (arch.empty() && type == h.model_type)) known = &h;
+  if (!known) {
     fail(source, ": \"architectures\" = [\"", arch, "\"] (\"model_type\" = \"", type,
-         "\") is not supported: strata imports GPT2LMHeadModel (model_type \"gpt2\") and "
-         "LlamaForCausalLM (model_type \"llama\")");
+         "\") is not supported: strata imports GPT2LMHeadModel (model_type \"gpt2\"), "
+         "LlamaForCausalLM (model_type \"llama\") and Qwen3ForCausalLM (model_type \"qwen3\")");
   }
+  c.family = known->family;
   c.vocab_size = f.integer("vocab_size");
   c.init_std = f.number("initializer_range", 0.02);
   if (c.family == ModelFamily::gpt2) {
@@ -270,27 +303,50 @@ ModelConfig model_from_config_json(const nlohmann::json& j, const std::string& s
     const std::string act = f.text("hidden_act", "silu");
     STRATA_CHECK(act == "silu", source, ": \"hidden_act\" = \"", act,
                  "\" is not supported: strata's llama MLP is SwiGLU (\"silu\")");
-    STRATA_CHECK(c.n_head > 0 && c.d_model % c.n_head == 0, source,
-                 ": \"num_attention_heads\" = ", c.n_head,
-                 " does not divide \"hidden_size\" = ", c.d_model);
-    const int64_t hd = f.integer("head_dim", c.d_model / c.n_head);
-    STRATA_CHECK(hd == c.d_model / c.n_head, source, ": \"head_dim\" = ", hd,
-                 " is not supported: strata's heads are hidden_size / num_attention_heads = ",
-                 c.d_model / c.n_head, " wide");
-    // Newer transformers write the RoPE settings as "rope_parameters"; only the plain kind runs.
+    STRATA_CHECK(c.n_head > 0, source, ": \"num_attention_heads\" must be positive, got ",
+                 c.n_head);
+    // Heads may be wider or narrower than hidden_size / num_attention_heads (Qwen3: 128 at
+    // hidden_size 1024 and 16 heads); the default is that quotient.
+    if (f.find("head_dim")) {
+      c.attn_head_dim = f.integer("head_dim");
+      if (c.d_model % c.n_head == 0 && c.attn_head_dim == c.d_model / c.n_head)
+        c.attn_head_dim = 0;  // the default width: keep configs and checkpoints as before
+    }
+    // The RoPE settings: "rope_scaling" (transformers 4) or "rope_parameters" (transformers 5,
+    // which also carries rope_theta there). Plain RoPE ("default") and Llama 3's ("llama3") run.
     for (const char* key : {"rope_scaling", "rope_parameters"}) {
       const nlohmann::json* r = f.find(key);
       if (!r) continue;
-      const std::string kind = r->is_object() ? r->value("rope_type", r->value("type", "")) : "";
-      STRATA_CHECK(kind == "default", source, ": \"", key, "\" = ", r->dump(),
-                   " is not supported: strata implements plain RoPE (rope_theta only, no "
-                   "scaling); use a model without ",
-                   key);
-      if (r->contains("rope_theta"))
-        c.rope_theta = static_cast<float>(r->at("rope_theta").get<double>());
+      STRATA_CHECK(r->is_object(), source, ": \"", key, "\" must be an object, found ", r->dump());
+      const Fields rf{*r, source};
+      const std::string kind = r->value("rope_type", r->value("type", ""));
+      if (kind == "llama3") {
+        c.rope_scaling = RopeScaling::llama3;
+        c.rope_factor = rf.number("factor", 8.0);
+        c.rope_low_freq_factor = rf.number("low_freq_factor", 1.0);
+        c.rope_high_freq_factor = rf.number("high_freq_factor", 4.0);
+        c.rope_original_max_seq_len = rf.integer("original_max_position_embeddings", 8192);
+      } else {
+        STRATA_CHECK(kind == "default", source, ": \"", key, "\" = ", r->dump(),
+                     " is not supported: strata implements plain RoPE (\"default\") and Llama "
+                     "3's frequency scaling (\"llama3\"); use a model with one of them");
+      }
+      if (r->contains("rope_theta")) c.rope_theta = rf.number("rope_theta", 10000.0);
     }
-    f.require("attention_bias", false, "strata's llama attention has no biases");
-    f.require("mlp_bias", false, "strata's llama MLP has no biases");
+    if (c.family == ModelFamily::qwen3) {
+      f.require("use_sliding_window", false,
+                "strata's attention is causal over the whole sequence (no sliding window)");
+      if (const nlohmann::json* lt = f.find("layer_types")) {
+        STRATA_CHECK(lt->is_array(), source, ": \"layer_types\" must be a list, found ",
+                     lt->dump());
+        for (const nlohmann::json& t : *lt)
+          STRATA_CHECK(t == "full_attention", source, ": \"layer_types\" holds ", t.dump(),
+                       ": strata's layers all use full causal attention");
+      }
+    } else {
+      f.require("mlp_bias", false, "strata's llama MLP has no biases");
+    }
+    f.require("attention_bias", false, "strata's llama and qwen3 attention has no biases");
   }
   try {
     c.finalize();

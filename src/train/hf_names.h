@@ -1,7 +1,9 @@
 // Hugging Face transformers naming: how strata's global parameters map onto the tensors of a
-// GPT2LMHeadModel (gpt2 family) or LlamaForCausalLM (llama family), and how a ModelConfig maps
-// onto their config.json. The export (hf_export.h) and the import (hf_import.h) both walk these
-// rules, so that a round trip is exact by construction.
+// GPT2LMHeadModel (gpt2 family), LlamaForCausalLM (llama family, Llama 2 and 3.x: rope_scaling
+// "llama3") or Qwen3ForCausalLM (qwen3 family: llama's names plus
+// model.layers.i.self_attn.{q,k}_norm.weight = layers.i.attn.{q,k}_norm.weight, and head_dim),
+// and how a ModelConfig maps onto their config.json. The export (hf_export.h) and the import
+// (hf_import.h) both walk these rules, so that a round trip is exact by construction.
 //
 //   strata (every linear [out, in])   gpt2 (Conv1D stores [in, out])        llama
 //   embed.weight                      transformer.wte.weight model.embed_tokens.weight
@@ -50,7 +52,8 @@ struct Rule {
 // One rule per strata global parameter of `config` (finalized), in registration order.
 std::vector<Rule> rules(const ModelConfig& config);
 
-// The architecture name transformers loads: "GPT2LMHeadModel" or "LlamaForCausalLM".
+// The architecture name transformers loads: "GPT2LMHeadModel", "LlamaForCausalLM" or
+// "Qwen3ForCausalLM".
 const char* architecture(ModelFamily family);
 
 // Tensors a Hugging Face checkpoint may hold that are not parameters (causal-mask buffers of old
@@ -66,7 +69,8 @@ void extract(const Rule& rule, const float* hf_values, float* strata_values);
 nlohmann::json config_json(const ModelConfig& config, int64_t eos_token_id);
 
 // The strata model a Hugging Face config.json describes. Anything strata cannot run exactly
-// (an unknown architecture, rope_scaling, biases in llama attention, another activation, ...)
+// (an unknown architecture, a rope_scaling other than llama3's, biases in llama attention, a
+// sliding window, another activation, ...)
 // throws an Error naming the key, its value and what is supported. `source` names the file.
 ModelConfig model_from_config_json(const nlohmann::json& j, const std::string& source);
 

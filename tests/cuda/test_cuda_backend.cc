@@ -479,12 +479,36 @@ TEST_F(CudaBackendTest, ActivationsAndRopeMatchTheCpu) {
   constexpr int64_t width = (nh + 2 * nkv) * hd;
   Vec qkv = random_floats(b * t * width, 85);
   float* gqkv = up(qkv);
-  gpu().rope_forward(gqkv, b, t, nh, nkv, hd, 10000.0f);
-  cpu().rope_forward(qkv.data(), b, t, nh, nkv, hd, 10000.0f);
+  gpu().rope_forward(gqkv, {b, t, nh, nkv, hd}, RopeSpec{});
+  cpu().rope_forward(qkv.data(), {b, t, nh, nkv, hd}, RopeSpec{});
   EXPECT_TRUE(all_close(down(gqkv, b * t * width), qkv, 1e-5));
-  gpu().rope_backward(gqkv, b, t, nh, nkv, hd, 500000.0f);
-  cpu().rope_backward(qkv.data(), b, t, nh, nkv, hd, 500000.0f);
+  const RopeSpec llama3{.theta = 500000.0, .scaling = RopeScaling::llama3};
+  gpu().rope_backward(gqkv, {b, t, nh, nkv, hd}, llama3);
+  cpu().rope_backward(qkv.data(), {b, t, nh, nkv, hd}, llama3);
   EXPECT_TRUE(all_close(down(gqkv, b * t * width), qkv, 1e-5));
+
+  // Qwen3's per-head norms of q and k: forward in place, kept inputs, and the backward.
+  const AttentionShape hs{b, t, nh, nkv, hd};
+  const int64_t kept = hs.rows() * hs.qk_heads();
+  const Vec wq = random_floats(hd, 86), wk = random_floats(hd, 87),
+            dqkv = random_floats(b * t * width, 88);
+  float* gpre = zeros(kept * hd);
+  float* grstd = zeros(kept);
+  gpu().head_rmsnorm_forward(gqkv, gpre, grstd, up(wq), up(wk), hs, 1e-6f);
+  Vec pre(kept * hd), rstd(kept);
+  cpu().head_rmsnorm_forward(qkv.data(), pre.data(), rstd.data(), wq.data(), wk.data(), hs, 1e-6f);
+  EXPECT_TRUE(all_close(down(gqkv, b * t * width), qkv, 1e-5));
+  EXPECT_TRUE(all_close(down(grstd, kept), rstd, 1e-5));
+  float* gd = up(dqkv);
+  float* gdwq = zeros(hd);
+  float* gdwk = zeros(hd);
+  gpu().head_rmsnorm_backward(gd, gdwq, gdwk, gpre, grstd, up(wq), up(wk), hs);
+  Vec d = dqkv, dwq(hd, 0.0f), dwk(hd, 0.0f);
+  cpu().head_rmsnorm_backward(d.data(), dwq.data(), dwk.data(), pre.data(), rstd.data(), wq.data(),
+                              wk.data(), hs);
+  EXPECT_TRUE(all_close(down(gd, b * t * width), d, 1e-4));
+  EXPECT_TRUE(all_close(down(gdwq, hd), dwq, 1e-4));
+  EXPECT_TRUE(all_close(down(gdwk, hd), dwk, 1e-4));
 }
 
 // ---- attention ----------------------------------------------------------------------------------

@@ -92,11 +92,15 @@ TEST(CudaRope, ForwardAndBackwardMatchCpuAndLeaveVAlone) {
     const int64_t row = (s.nh + 2 * s.nkv) * s.hd, count = s.b * s.t * row;
     const Vec qkv = random_floats(count, 6);
     Vec fwd = qkv, bwd = qkv;
-    kernels::rope_forward(fwd.data(), s.b, s.t, s.nh, s.nkv, s.hd, s.theta);
-    kernels::rope_backward(bwd.data(), s.b, s.t, s.nh, s.nkv, s.hd, s.theta);
+    const AttentionShape shape{s.b, s.t, s.nh, s.nkv, s.hd};
+    // Llama 3's rescaled frequencies on the long shape, plain RoPE on the others.
+    const RopeSpec rope{.theta = s.theta,
+                        .scaling = s.t > 2000 ? RopeScaling::llama3 : RopeScaling::none};
+    kernels::rope_forward(fwd.data(), shape, rope);
+    kernels::rope_backward(bwd.data(), shape, rope);
     DeviceBuffer<float> gf(qkv), gb(qkv);
-    rope_forward(gf.get(), s.b, s.t, s.nh, s.nkv, s.hd, s.theta, stream.get());
-    rope_backward(gb.get(), s.b, s.t, s.nh, s.nkv, s.hd, s.theta, stream.get());
+    rope_forward(gf.get(), shape, rope, stream.get());
+    rope_backward(gb.get(), shape, rope, stream.get());
     const Vec got_f = gf.download(), got_b = gb.download();
     EXPECT_TRUE(all_close(got_f, fwd, 1e-5)) << "t=" << s.t << " hd=" << s.hd;
     EXPECT_TRUE(all_close(got_b, bwd, 1e-5)) << "t=" << s.t << " hd=" << s.hd;
@@ -106,7 +110,7 @@ TEST(CudaRope, ForwardAndBackwardMatchCpuAndLeaveVAlone) {
       ASSERT_EQ(std::memcmp(&got_f[r * row + v0], &qkv[r * row + v0], s.nkv * s.hd * 4), 0);
     }
   }
-  EXPECT_THROW(rope_forward(nullptr, 1, 1, 1, 1, 5, 10000.0f, stream.get()), Error);
+  EXPECT_THROW(rope_forward(nullptr, {1, 1, 1, 1, 5}, RopeSpec{}, stream.get()), Error);
 }
 
 TEST(CudaElementwise, AddsAndScalesBitForBitLikeCpu) {

@@ -145,12 +145,35 @@ TEST(FiniteDiff, Rope) {
   const DVec r = random_dvec(count, 2);
   auto loss = [&] {
     DVec y = qkv;
-    ref::rope_forward<double>(y.data(), b, t, nh, nkv, hd, 100.0);
+    ref::rope_forward<double>(y.data(), {b, t, nh, nkv, hd}, RopeSpec{.theta = 100.0});
     return dot(y, r);
   };
   DVec g = r;
-  ref::rope_backward<double>(g.data(), b, t, nh, nkv, hd, 100.0);
+  ref::rope_backward<double>(g.data(), {b, t, nh, nkv, hd}, RopeSpec{.theta = 100.0});
   EXPECT_TRUE(close(g, numeric_grad(qkv, loss), kTol));
+}
+
+TEST(FiniteDiff, HeadRmsNorm) {
+  const AttentionShape s{2, 3, 4, 2, 6};
+  const int64_t count = s.rows() * s.qkv_width(), kept = s.rows() * s.qk_heads();
+  DVec qkv = random_dvec(count, 1);
+  DVec wq = random_dvec(s.head_dim, 3, 0.5, 1.5), wk = random_dvec(s.head_dim, 4, 0.5, 1.5);
+  const DVec r = random_dvec(count, 2);
+  auto loss = [&] {
+    DVec y = qkv, pre(kept * s.head_dim), rstd(kept);
+    ref::head_rmsnorm_forward<double>(y.data(), pre.data(), rstd.data(), wq.data(), wk.data(), s,
+                                      1e-6);
+    return dot(y, r);
+  };
+  DVec y = qkv, pre(kept * s.head_dim), rstd(kept);
+  ref::head_rmsnorm_forward<double>(y.data(), pre.data(), rstd.data(), wq.data(), wk.data(), s,
+                                    1e-6);
+  DVec g = r, dwq(s.head_dim, 0.0), dwk(s.head_dim, 0.0);
+  ref::head_rmsnorm_backward<double>(g.data(), dwq.data(), dwk.data(), pre.data(), rstd.data(),
+                                     wq.data(), wk.data(), s);
+  EXPECT_TRUE(close(g, numeric_grad(qkv, loss), kTol));
+  EXPECT_TRUE(close(dwq, numeric_grad(wq, loss), kTol));
+  EXPECT_TRUE(close(dwk, numeric_grad(wk, loss), kTol));
 }
 
 TEST(FiniteDiff, Attention) {

@@ -63,14 +63,14 @@ TEST(Properties, RopeBackwardInvertsForward) {
   const int64_t b = 2, t = 37, nh = 4, nkv = 2, hd = 6;
   const Vec x = random_vec(b * t * (nh + 2 * nkv) * hd, 1);
   Vec y = x;
-  rope_forward(y.data(), b, t, nh, nkv, hd, 10000.0f);
+  rope_forward(y.data(), {b, t, nh, nkv, hd}, RopeSpec{});
   EXPECT_NE(y, x);
-  rope_backward(y.data(), b, t, nh, nkv, hd, 10000.0f);
+  rope_backward(y.data(), {b, t, nh, nkv, hd}, RopeSpec{});
   EXPECT_TRUE(close(y, to_double(x), 1e-6));
   // v heads are never touched, and position 0 is the identity.
   const int64_t row = (nh + 2 * nkv) * hd;
   Vec z = x;
-  rope_forward(z.data(), b, t, nh, nkv, hd, 10000.0f);
+  rope_forward(z.data(), {b, t, nh, nkv, hd}, RopeSpec{});
   for (int64_t r = 0; r < b * t; ++r) {
     for (int64_t j = (nh + nkv) * hd; j < row; ++j) EXPECT_EQ(z[r * row + j], x[r * row + j]);
   }

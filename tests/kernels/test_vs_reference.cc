@@ -154,18 +154,80 @@ TEST(VsReference, SwiGlu) {
 
 TEST(VsReference, Rope) {
   const int64_t b = 2, t = 17, nh = 4, hd = 8;
-  for (int64_t nkv : {4, 2, 1}) {
-    const int64_t count = b * t * (nh + 2 * nkv) * hd;
-    Vec qkv = random_vec(count, 1);
-    DVec want = to_double(qkv);
-    ref::rope_forward<double>(want.data(), b, t, nh, nkv, hd, 10000.0);
-    rope_forward(qkv.data(), b, t, nh, nkv, hd, 10000.0f);
-    EXPECT_TRUE(close(qkv, want, kTol)) << "nkv " << nkv;
-    Vec g = random_vec(count, 2);
-    DVec wg = to_double(g);
-    ref::rope_backward<double>(wg.data(), b, t, nh, nkv, hd, 10000.0);
-    rope_backward(g.data(), b, t, nh, nkv, hd, 10000.0f);
-    EXPECT_TRUE(close(g, wg, kTol)) << "nkv " << nkv;
+  // Plain RoPE, and Llama 3's rescaling with a short original context so that pairs fall in all
+  // three bands (kept, interpolated, slowed) at hd 8.
+  const RopeSpec llama3{.theta = 10000.0,
+                        .scaling = RopeScaling::llama3,
+                        .factor = 8.0,
+                        .low_freq_factor = 1.0,
+                        .high_freq_factor = 4.0,
+                        .original_max_positions = 64.0};
+  for (const RopeSpec& rope : {RopeSpec{}, llama3}) {
+    for (int64_t nkv : {4, 2, 1}) {
+      const AttentionShape s{b, t, nh, nkv, hd};
+      const int64_t count = s.rows() * s.qkv_width();
+      Vec qkv = random_vec(count, 1);
+      DVec want = to_double(qkv);
+      ref::rope_forward<double>(want.data(), s, rope);
+      rope_forward(qkv.data(), s, rope);
+      EXPECT_TRUE(close(qkv, want, kTol)) << "nkv " << nkv;
+      Vec g = random_vec(count, 2);
+      DVec wg = to_double(g);
+      ref::rope_backward<double>(wg.data(), s, rope);
+      rope_backward(g.data(), s, rope);
+      EXPECT_TRUE(close(g, wg, kTol)) << "nkv " << nkv;
+    }
+  }
+}
+
+TEST(VsReference, RopeLlama3FrequencyBands) {
+  // transformers' _compute_llama3_parameters for theta 500000, factor 8, low 1, high 4, original
+  // context 8192, hd 128: pair 0 is kept, pair 63 slowed by 8, and a pair in between smoothed.
+  const RopeSpec r{.theta = 500000.0, .scaling = RopeScaling::llama3};
+  const RopeSpec plain{.theta = 500000.0};
+  EXPECT_EQ(rope_inv_freq(r, 0, 128), rope_inv_freq(plain, 0, 128));
+  EXPECT_DOUBLE_EQ(rope_inv_freq(r, 63, 128), rope_inv_freq(plain, 63, 128) / 8.0);
+  int smoothed = 0;
+  for (int64_t i = 0; i < 64; ++i) {
+    const double got = rope_inv_freq(r, i, 128), base = rope_inv_freq(plain, i, 128);
+    EXPECT_LE(got, base);
+    EXPECT_GE(got, base / 8.0);
+    if (got < base && got > base / 8.0) ++smoothed;
+  }
+  EXPECT_GT(smoothed, 0);
+}
+
+TEST(VsReference, HeadRmsNorm) {
+  for (const AttentionShape s : {AttentionShape{2, 5, 4, 2, 64}, AttentionShape{1, 3, 2, 2, 6},
+                                 AttentionShape{3, 7, 4, 1, 128}}) {
+    const int64_t count = s.rows() * s.qkv_width(), kept = s.rows() * s.qk_heads();
+    const Vec qkv = random_vec(count, 1), wq = random_vec(s.head_dim, 2),
+              wk = random_vec(s.head_dim, 3), dy = random_vec(count, 4);
+    Vec y = qkv, pre(kept * s.head_dim), rstd(kept);
+    head_rmsnorm_forward(y.data(), pre.data(), rstd.data(), wq.data(), wk.data(), s, 1e-6f);
+    DVec wy = to_double(qkv), wpre(kept * s.head_dim), wrstd(kept);
+    const DVec dwq_in = to_double(wq), dwk_in = to_double(wk);
+    ref::head_rmsnorm_forward<double>(wy.data(), wpre.data(), wrstd.data(), dwq_in.data(),
+                                      dwk_in.data(), s, 1e-6);
+    EXPECT_TRUE(close(y, wy, kTol));
+    EXPECT_TRUE(close(pre, wpre, 0.0));
+    EXPECT_TRUE(close(rstd, wrstd, kTol));
+    Vec g = dy, dwq(s.head_dim, 0.5f), dwk(s.head_dim, -0.5f);  // dw accumulates
+    head_rmsnorm_backward(g.data(), dwq.data(), dwk.data(), pre.data(), rstd.data(), wq.data(),
+                          wk.data(), s);
+    DVec wg = to_double(dy), wdwq(s.head_dim, 0.5), wdwk(s.head_dim, -0.5);
+    ref::head_rmsnorm_backward<double>(wg.data(), wdwq.data(), wdwk.data(), wpre.data(),
+                                       wrstd.data(), dwq_in.data(), dwk_in.data(), s);
+    EXPECT_TRUE(close(g, wg, kTol));
+    EXPECT_TRUE(close(dwq, wdwq, kTol));
+    EXPECT_TRUE(close(dwk, wdwk, kTol));
+    // v heads are untouched in both directions.
+    const int64_t v0 = s.qk_heads() * s.head_dim;
+    for (int64_t r = 0; r < s.rows(); ++r)
+      for (int64_t j = v0; j < s.qkv_width(); ++j) {
+        ASSERT_EQ(y[r * s.qkv_width() + j], qkv[r * s.qkv_width() + j]);
+        ASSERT_EQ(g[r * s.qkv_width() + j], dy[r * s.qkv_width() + j]);
+      }
   }
 }
 

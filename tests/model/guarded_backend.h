@@ -214,15 +214,24 @@ class GuardedBackend : public Backend {
     const Unlocked unlocked(memory_);
     cpu_backend().swiglu_backward(dgate_up, gate_up, dy, n, f);
   }
-  void rope_forward(float* qkv, int64_t b, int64_t t, int64_t nh, int64_t nkv, int64_t hd,
-                    float theta) override {
+  void rope_forward(float* qkv, const AttentionShape& s, const RopeSpec& rope) override {
     const Unlocked unlocked(memory_);
-    cpu_backend().rope_forward(qkv, b, t, nh, nkv, hd, theta);
+    cpu_backend().rope_forward(qkv, s, rope);
   }
-  void rope_backward(float* dqkv, int64_t b, int64_t t, int64_t nh, int64_t nkv, int64_t hd,
-                     float theta) override {
+  void rope_backward(float* dqkv, const AttentionShape& s, const RopeSpec& rope) override {
     const Unlocked unlocked(memory_);
-    cpu_backend().rope_backward(dqkv, b, t, nh, nkv, hd, theta);
+    cpu_backend().rope_backward(dqkv, s, rope);
+  }
+  void head_rmsnorm_forward(float* qkv, float* pre, float* rstd, const float* wq, const float* wk,
+                            const AttentionShape& s, float eps) override {
+    const Unlocked unlocked(memory_);
+    cpu_backend().head_rmsnorm_forward(qkv, pre, rstd, wq, wk, s, eps);
+  }
+  void head_rmsnorm_backward(float* dqkv, float* dwq, float* dwk, const float* pre,
+                             const float* rstd, const float* wq, const float* wk,
+                             const AttentionShape& s) override {
+    const Unlocked unlocked(memory_);
+    cpu_backend().head_rmsnorm_backward(dqkv, dwq, dwk, pre, rstd, wq, wk, s);
   }
   void attention_forward(float* out, float* probs, const float* qkv, int64_t b, int64_t t,
                          int64_t nh, int64_t nkv, int64_t hd) override {

@@ -63,7 +63,7 @@ bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 TEST(Backend, GuardedRunIsBitwiseThePlainCpuRun) {
-  for (ModelFamily family : {ModelFamily::gpt2, ModelFamily::llama}) {
+  for (ModelFamily family : {ModelFamily::gpt2, ModelFamily::llama, ModelFamily::qwen3}) {
     for (DType precision : {DType::f32, DType::bf16}) {
       for (const char* attention : {"naive", "flash"}) {
         for (bool tied : {true, false}) {

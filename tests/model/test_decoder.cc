@@ -16,7 +16,8 @@ ModelConfig tiny(ModelFamily family) {
   c.family = family;
   c.n_layer = 2;
   c.n_head = 4;
-  c.n_kv_head = family == ModelFamily::llama ? 2 : 0;
+  c.n_kv_head = family == ModelFamily::gpt2 ? 0 : 2;
+  if (family == ModelFamily::qwen3) c.attn_head_dim = 12;  // heads apart from d_model / n_head
   c.d_model = 32;
   c.vocab_size = 97;
   c.max_seq_len = 16;
@@ -43,7 +44,7 @@ TEST_P(DecoderFamilies, FusedProjectionsAreAdjacentAndGroupsInBackwardOrder) {
   for (const std::string l : {"layers.0.", "layers.1."}) {
     EXPECT_EQ(off(l + "attn.k.weight"), off(l + "attn.q.weight") + numel(l + "attn.q.weight"));
     EXPECT_EQ(off(l + "attn.v.weight"), off(l + "attn.k.weight") + numel(l + "attn.k.weight"));
-    if (GetParam() == ModelFamily::llama) {
+    if (GetParam() != ModelFamily::gpt2) {
       EXPECT_EQ(off(l + "mlp.up.weight"),
                 off(l + "mlp.gate.weight") + numel(l + "mlp.gate.weight"));
     }
@@ -109,6 +110,13 @@ TEST_P(DecoderFamilies, SeededSamplingIsDeterministic) {
   EXPECT_EQ(a, b);
   EXPECT_EQ(a.size(), 23u);
   for (int32_t t : a) EXPECT_TRUE(t >= 0 && t < 97);
+  // A tokenizer smaller than the (padded) model vocabulary: only its ids are drawn, greedy too.
+  for (float temperature : {0.7f, 0.0f}) {
+    opt.temperature = temperature;
+    opt.vocab_limit = 10;
+    const auto c = generate(model, {1, 2, 3}, opt);
+    for (size_t i = 3; i < c.size(); ++i) EXPECT_LT(c[i], 10) << "temperature " << temperature;
+  }
 }
 
 TEST_P(DecoderFamilies, FlashAttentionGivesTheSameLossAndGradients) {
@@ -175,7 +183,8 @@ TEST(Decoder, BadShapesAreClearErrors) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, DecoderFamilies,
-                         ::testing::Values(ModelFamily::gpt2, ModelFamily::llama),
+                         ::testing::Values(ModelFamily::gpt2, ModelFamily::llama,
+                                           ModelFamily::qwen3),
                          [](const auto& param_info) {
                            return std::string(family_name(param_info.param));
                          });

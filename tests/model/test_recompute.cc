@@ -18,7 +18,8 @@ ModelConfig model(ModelFamily family, int64_t layers, const std::string& attenti
   c.family = family;
   c.n_layer = layers;
   c.n_head = 4;
-  c.n_kv_head = family == ModelFamily::llama ? 2 : 0;
+  c.n_kv_head = family == ModelFamily::gpt2 ? 0 : 2;
+  if (family == ModelFamily::qwen3) c.attn_head_dim = 12;
   c.d_model = 64;
   c.vocab_size = 101;
   c.max_seq_len = 32;
@@ -60,7 +61,7 @@ Grads run(const ModelConfig& c, RecomputePolicy policy, int64_t b, int64_t t,
 
 TEST(Recompute, GradientsAreBitwiseIdentical) {
   for (DType precision : {DType::f32, DType::bf16}) {
-    for (ModelFamily family : {ModelFamily::gpt2, ModelFamily::llama}) {
+    for (ModelFamily family : {ModelFamily::gpt2, ModelFamily::llama, ModelFamily::qwen3}) {
       for (const char* attention : {"naive", "flash"}) {
         const ModelConfig c = model(family, 3, attention);
         const Grads want = run(c, {Recompute::none, 0}, 2, 16, precision);

@@ -1,4 +1,5 @@
-// The small decoders the model tests build on: 2 layers, 4 query heads (2 kv heads for llama),
+// The small decoders the model tests build on: 2 layers, 4 query heads (2 kv heads for llama and
+// qwen3, whose heads are 12 wide instead of d_model / n_head = 16),
 // d_model 64, a vocabulary of 101, up to 16 positions; and reproducible token ids for them.
 #pragma once
 #include <cstdint>
@@ -15,7 +16,8 @@ inline ModelConfig tiny_model(ModelFamily family, const std::string& attention, 
   c.family = family;
   c.n_layer = 2;
   c.n_head = 4;
-  c.n_kv_head = family == ModelFamily::llama ? 2 : 0;
+  c.n_kv_head = family == ModelFamily::gpt2 ? 0 : 2;
+  if (family == ModelFamily::qwen3) c.attn_head_dim = 12;
   c.d_model = 64;
   c.vocab_size = 101;
   c.max_seq_len = 16;

@@ -98,10 +98,16 @@ source = "synthetic"
 bucket_mb = 0.02
 )",
       "test",
-      {"model.family=" + k.family, "run.dir=" + dir, "run.resume=none",
-       cat("train.steps=", k.steps), cat("train.batch_size=", batch),
+      {"model.family=" + (k.family == "llama3" ? std::string("llama") : k.family), "run.dir=" + dir,
+       "run.resume=none", cat("train.steps=", k.steps), cat("train.batch_size=", batch),
        cat("train.grad_accum=", accum)});
-  if (k.family == "llama") c.model.n_kv_head = 2;  // tp 4 and 8 share each kv head
+  if (k.family != "gpt2") c.model.n_kv_head = 2;        // tp 4 and 8 share each kv head
+  if (k.family == "qwen3") c.model.attn_head_dim = 12;  // heads apart from d_model / n_head = 8
+  if (k.family == "llama3") {  // hd 8: pairs in all three of Llama 3's frequency bands
+    c.model.rope_scaling = RopeScaling::llama3;
+    c.model.rope_theta = 50000.0f;
+    c.model.rope_original_max_seq_len = 256;
+  }
   c.parallel.tp = k.tp;
   c.parallel.pp = k.pp;
   c.parallel.dp = k.dp;
@@ -294,6 +300,17 @@ std::vector<Case> all_cases() {
     }
   }
   if (ci) out = ci_subset(out);
+  // The families added through the block seam, a row each at every rank count, in ci too: Qwen3
+  // (per-head q/k norms, heads 12 wide) over tp with sp (tp 4 > n_kv_head 2 from 4 ranks: shared
+  // kv heads, and q/k norm gradients summed over the group), and Llama 3.x's rope scaling over pp
+  // (with dp and ZeRO-1 from 4 ranks).
+  if (world >= 2) {
+    Case q{"qwen3", world >= 4 ? 4 : 2, world >= 8 ? 2 : 1, 1, 1, 0, true};
+    q.dp = world / (q.tp * q.pp);
+    q.zero = q.dp > 1 ? 1 : 0;
+    out.push_back(q);
+    out.push_back(Case{"llama3", 1, 2, world / 2, 1, world / 2 > 1 ? 1 : 0});
+  }
   // Recomputation composes with every kind of parallelism (it changes nothing in the arithmetic).
   // So does mixed precision (bf16 and fp16 with its loss scale), including ZeRO-2 with tp.
   {

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """strata <-> Hugging Face transformers, checked with transformers itself (torch, float32).
 
-  1. export: a tiny gpt2 and a tiny llama model trained 2 steps by `strata train` (on the KJV
+  1. export: a tiny model of each family trained 2 steps by `strata train` (on the KJV
      fixture, so the checkpoint carries a tokenizer) are exported with `strata export --hf`;
      AutoModelForCausalLM.from_pretrained loads them as GPT2LMHeadModel / LlamaForCausalLM, AutoTokenizer encodes the
      prompt as strata does, and their logits match strata's (`strata generate --logits-out`).
@@ -12,12 +12,19 @@
      dp 2) and saved after one step at lr 1e-30 (which leaves every weight bit unchanged); their
      exports hold exactly the single-process export's tensors.
 
-Logits must agree to a relative error (max |diff| / max |logit|) of 1e-4.
+Logits must agree to a relative error (max |diff| / max |logit|) of 1e-4 (--tolerance).
 
-Usage: /usr/bin/python3 tests/train/check_hf_transformers.py STRATA_BINARY SOURCE_DIR
+Families (--families, default gpt2,llama): gpt2, llama (Llama 2: plain RoPE), llama3 (Llama 3.x:
+rope_scaling of type llama3, with an original context short enough that the tiny model's pairs
+fall in all three frequency bands), qwen3 (per-head q/k RMSNorm, head_dim 16 apart from
+d_model / n_head = 8; the import's random model ties its head, the export's does not).
+
+Usage: PYTHON tests/train/check_hf_transformers.py STRATA_BINARY SOURCE_DIR [--families a,b]
+       [--tolerance T]
 Needs torch and transformers for this interpreter: scripts/install_deps.sh installs Debian's
-python3-torch and transformers from PyPI for /usr/bin/python3. Without them it exits 77 (skip),
-or 1 when CI is set.
+python3-torch and transformers 4.46 from PyPI for /usr/bin/python3 (gpt2, llama); qwen3 needs
+transformers >= 4.51, which needs a newer torch: bench/torch_venv.sh's venv with transformers
+(scripts/hf_venv.sh). Without them it exits 77 (skip), or 1 when CI is set.
 """
 import glob
 import os
@@ -36,6 +43,10 @@ try:
     from safetensors.numpy import load_file
     from transformers import (AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LMHeadModel,
                               LlamaConfig, LlamaForCausalLM)
+    FAMILY_NAMES = sys.argv[sys.argv.index("--families") + 1].split(",") \
+        if "--families" in sys.argv else ["gpt2", "llama"]
+    if "qwen3" in FAMILY_NAMES:
+        from transformers import Qwen3Config, Qwen3ForCausalLM
 except ImportError as e:
     msg = ("%s cannot import %s: scripts/install_deps.sh installs python3-torch (Debian) and "
            "transformers (pip) for /usr/bin/python3" % (sys.executable, e.name))
@@ -45,15 +56,30 @@ except ImportError as e:
     print("skip: " + msg)
     sys.exit(77)
 
-TOLERANCE = 1e-4
+TOLERANCE = float(sys.argv[sys.argv.index("--tolerance") + 1]) if "--tolerance" in sys.argv \
+    else 1e-4
 PROMPT = "And God said, Let there be light."
 TOKENS = [5, 17, 250, 3, 99, 1, 42, 300, 7, 8, 19, 200, 64, 2]
 FAMILIES = {
     "gpt2": ["--set", "model.family=gpt2"],
     "llama": ["--set", "model.family=llama", "--set", "model.n_kv_head=2",
               "--set", "model.rope_theta=50000"],
+    # hd 8, theta 50000: wavelengths 6.3, 94, 1400, 21000 against 256 / 4 = 64 and 256 / 1.
+    "llama3": ["--set", "model.family=llama", "--set", "model.n_kv_head=2",
+               "--set", "model.rope_theta=50000", "--set", "model.rope_scaling=llama3",
+               "--set", "model.rope_factor=8", "--set", "model.rope_low_freq_factor=1",
+               "--set", "model.rope_high_freq_factor=4",
+               "--set", "model.rope_original_max_seq_len=256"],
+    "qwen3": ["--set", "model.family=qwen3", "--set", "model.n_kv_head=2",
+              "--set", "model.head_dim=16", "--set", "model.rope_theta=1000000",
+              "--set", "model.norm_eps=1e-6"],
 }
-CLASSES = {"gpt2": GPT2LMHeadModel, "llama": LlamaForCausalLM}
+CLASSES = {"gpt2": GPT2LMHeadModel, "llama": LlamaForCausalLM, "llama3": LlamaForCausalLM}
+if "qwen3" in FAMILY_NAMES:
+    CLASSES["qwen3"] = Qwen3ForCausalLM
+# transformers 4.56 renamed from_pretrained's torch_dtype to dtype.
+DTYPE_KW = "dtype" if tuple(int(x) for x in transformers.__version__.split(".")[:2]) >= (4, 56) \
+    else "torch_dtype"
 results = {"passed": 0, "failed": 0}
 
 
@@ -112,7 +138,7 @@ def train(strata, src, work, family, data):
 def check_export(strata, work, family, run_dir):
     hf_dir = os.path.join(work, "hf_" + family)
     run(strata, "export", run_dir, "--hf", hf_dir)
-    model = AutoModelForCausalLM.from_pretrained(hf_dir, torch_dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_pretrained(hf_dir, **{DTYPE_KW: torch.float32}).eval()
     check(type(model) is CLASSES[family] and model.dtype == torch.float32,
           "%s export: AutoModelForCausalLM loads it as %s" % (family, type(model).__name__))
     tokens, ours = strata_logits(strata, run_dir, work, "--prompt", PROMPT)
@@ -127,8 +153,22 @@ def check_export(strata, work, family, run_dir):
 
 
 def random_model(family):
-    torch.manual_seed(1234 if family == "gpt2" else 5678)
-    if family == "gpt2":
+    torch.manual_seed({"gpt2": 1234, "llama": 5678, "llama3": 4321, "qwen3": 8765}[family])
+    if family == "qwen3":
+        config = Qwen3Config(vocab_size=320, hidden_size=32, intermediate_size=80,
+                             num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                             head_dim=16, max_position_embeddings=48, rms_norm_eps=1e-6,
+                             rope_theta=1000000.0, tie_word_embeddings=True,
+                             initializer_range=0.1, use_sliding_window=False)
+    elif family == "llama3":
+        config = LlamaConfig(vocab_size=320, hidden_size=32, intermediate_size=80,
+                             num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                             max_position_embeddings=48, rms_norm_eps=1e-6, rope_theta=50000.0,
+                             rope_scaling={"rope_type": "llama3", "factor": 8.0,
+                                           "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                           "original_max_position_embeddings": 16},
+                             tie_word_embeddings=False, initializer_range=0.1)
+    elif family == "gpt2":
         config = GPT2Config(vocab_size=320, n_positions=48, n_embd=32, n_layer=2, n_head=4,
                             activation_function="gelu_new", resid_pdrop=0.0, embd_pdrop=0.0,
                             attn_pdrop=0.0, initializer_range=0.1)
@@ -185,7 +225,7 @@ def check_layout(strata, src, work, family, run_dir, reference_dir, layout, data
 
 
 def main():
-    if len(sys.argv) != 3:
+    if len(sys.argv) < 3:
         print(__doc__)
         return 2
     strata, src = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
@@ -196,9 +236,10 @@ def main():
         data = os.path.join(work, "data")
         run(strata, "prepare", "--text", os.path.join(src, "tests", "fixtures", "kjv_excerpt.txt"),
             "--out", data, "--vocab", "300")
-        layouts = {"llama": ["--set", "parallel.tp=2"],
+        layouts = {"llama": ["--set", "parallel.tp=2"], "llama3": ["--set", "parallel.pp=2"],
+                   "qwen3": ["--set", "parallel.tp=2"],
                    "gpt2": ["--set", "parallel.dp=2", "--set", "parallel.zero=3"]}
-        for family in ("gpt2", "llama"):
+        for family in FAMILY_NAMES:
             run_dir = train(strata, src, work, family, data)
             hf_dir = check_export(strata, work, family, run_dir)
             check_import(strata, work, family, os.path.join(data, "tokenizer.json"))

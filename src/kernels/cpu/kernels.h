@@ -13,6 +13,8 @@
 #include <string>
 
 #include "core/dtype.h"
+#include "kernels/rope_spec.h"
+#include "kernels/shapes.h"
 
 namespace strata::kernels {
 
@@ -107,12 +109,20 @@ void swiglu_backward(float* dgate_up, const float* gate_up, const float* dy, int
 
 // ---- RoPE (Hugging Face Llama convention: rotate_half, pairs (i, i + hd/2)) --------------------
 // qkv[b*t, (nh + 2*nkv)*hd]: q heads first, then k heads, then v heads. Rotates q and k in place,
-// position of row (b, t) is t. inv_freq[i] = theta^(-2i/hd) for i < hd/2.
-void rope_forward(float* qkv, int64_t b, int64_t t, int64_t nh, int64_t nkv, int64_t hd,
-                  float theta);
+// position of row (b, t) is t. inv_freq[i] = rope_inv_freq(rope, i, hd) for i < hd/2.
+void rope_forward(float* qkv, const AttentionShape& s, const RopeSpec& rope);
 // The same rotation by -angle, applied in place to the gradient dqkv (q and k parts).
-void rope_backward(float* dqkv, int64_t b, int64_t t, int64_t nh, int64_t nkv, int64_t hd,
-                   float theta);
+void rope_backward(float* dqkv, const AttentionShape& s, const RopeSpec& rope);
+
+// ---- Per-head RMSNorm of q and k (Qwen3), in place on qkv as in RoPE -------------------------
+// Every q head (hd values) becomes x * rstd * wq, every k head x * rstd * wk, rstd = 1 /
+// sqrt(mean(x^2) + eps); v is left alone. Keeps the inputs in pre[b*t, (nh + nkv) * hd] (each
+// row's q heads, then its k heads) and rstd[b*t * (nh + nkv)] for backward.
+void head_rmsnorm_forward(float* qkv, float* pre, float* rstd, const float* wq, const float* wk,
+                          const AttentionShape& s, float eps);
+// In place on dqkv's q and k parts: dL/d(normalised) in, dL/d(pre) out; dwq += , dwk += .
+void head_rmsnorm_backward(float* dqkv, float* dwq, float* dwk, const float* pre, const float* rstd,
+                           const float* wq, const float* wk, const AttentionShape& s);
 
 // ---- Causal self-attention (naive: materialises probabilities) --------------------------------
 // qkv as in RoPE. Query head h reads kv head h / (nh / nkv) (grouped-query attention).

@@ -213,17 +213,15 @@ void swiglu_backward(T* dgate_up, const T* gate_up, const T* dy, int64_t n, int6
 namespace {
 // Rotates every q and k head of every row by angle sign * t * inv_freq[i] (pairs i, i + hd/2).
 template <typename T>
-void rope_rotate(T* qkv, int64_t b, int64_t t, int64_t nh, int64_t nkv, int64_t hd, double theta,
-                 double sign) {
-  const int64_t row = (nh + 2 * nkv) * hd, half = hd / 2;
-  for (int64_t bi = 0; bi < b; ++bi) {
-    for (int64_t ti = 0; ti < t; ++ti) {
-      T* r = qkv + (bi * t + ti) * row;
-      for (int64_t h = 0; h < nh + nkv; ++h) {  // q heads, then k heads; v is untouched
+void rope_rotate(T* qkv, const AttentionShape& s, const RopeSpec& rope, double sign) {
+  const int64_t row = s.qkv_width(), hd = s.head_dim, half = hd / 2;
+  for (int64_t bi = 0; bi < s.b; ++bi) {
+    for (int64_t ti = 0; ti < s.t; ++ti) {
+      T* r = qkv + (bi * s.t + ti) * row;
+      for (int64_t h = 0; h < s.qk_heads(); ++h) {  // q heads, then k heads; v is untouched
         T* head = r + h * hd;
         for (int64_t i = 0; i < half; ++i) {
-          const double inv_freq = std::pow(theta, -2.0 * double(i) / double(hd));
-          const double angle = sign * double(ti) * inv_freq;
+          const double angle = sign * double(ti) * rope_inv_freq(rope, i, hd);
           const T cs = T(std::cos(angle)), sn = T(std::sin(angle));
           const T x1 = head[i], x2 = head[i + half];
           head[i] = x1 * cs - x2 * sn;
@@ -236,15 +234,47 @@ void rope_rotate(T* qkv, int64_t b, int64_t t, int64_t nh, int64_t nkv, int64_t 
 }  // namespace
 
 template <typename T>
-void rope_forward(T* qkv, int64_t b, int64_t t, int64_t nh, int64_t nkv, int64_t hd, double theta) {
-  rope_rotate(qkv, b, t, nh, nkv, hd, theta, 1.0);
+void rope_forward(T* qkv, const AttentionShape& s, const RopeSpec& rope) {
+  rope_rotate(qkv, s, rope, 1.0);
 }
 
 template <typename T>
-void rope_backward(T* dqkv, int64_t b, int64_t t, int64_t nh, int64_t nkv, int64_t hd,
-                   double theta) {
+void rope_backward(T* dqkv, const AttentionShape& s, const RopeSpec& rope) {
   // The rotation is orthogonal: its transpose (the gradient map) is the rotation by -angle.
-  rope_rotate(dqkv, b, t, nh, nkv, hd, theta, -1.0);
+  rope_rotate(dqkv, s, rope, -1.0);
+}
+
+// Per-head RMSNorm of q and k: each head row of each token through rmsnorm_forward/backward above
+// (one row of hd values at a time), with q heads weighted by wq and k heads by wk.
+template <typename T>
+void head_rmsnorm_forward(T* qkv, T* pre, T* rstd, const T* wq, const T* wk,
+                          const AttentionShape& s, T eps) {
+  const int64_t hd = s.head_dim, heads = s.qk_heads();
+  for (int64_t i = 0; i < s.rows(); ++i) {
+    for (int64_t h = 0; h < heads; ++h) {
+      T* x = qkv + i * s.qkv_width() + h * hd;
+      T* kept = pre + (i * heads + h) * hd;
+      std::copy(x, x + hd, kept);
+      rmsnorm_forward(x, rstd + i * heads + h, kept, h < s.heads ? wq : wk, 1, hd, eps);
+    }
+  }
+}
+
+template <typename T>
+void head_rmsnorm_backward(T* dqkv, T* dwq, T* dwk, const T* pre, const T* rstd, const T* wq,
+                           const T* wk, const AttentionShape& s) {
+  const int64_t hd = s.head_dim, heads = s.qk_heads();
+  std::vector<T> dx(static_cast<size_t>(hd));
+  for (int64_t i = 0; i < s.rows(); ++i) {
+    for (int64_t h = 0; h < heads; ++h) {
+      T* d = dqkv + i * s.qkv_width() + h * hd;
+      std::fill(dx.begin(), dx.end(), T(0));
+      const bool q = h < s.heads;
+      rmsnorm_backward(dx.data(), q ? dwq : dwk, d, pre + (i * heads + h) * hd, q ? wq : wk,
+                       rstd + i * heads + h, 1, hd);
+      std::copy(dx.begin(), dx.end(), d);
+    }
+  }
 }
 
 template <typename T>
@@ -440,8 +470,11 @@ double sum_squares(const T* x, int64_t count) {
   template void gelu_backward<T>(T*, const T*, const T*, int64_t);                                 \
   template void swiglu_forward<T>(T*, const T*, int64_t, int64_t);                                 \
   template void swiglu_backward<T>(T*, const T*, const T*, int64_t, int64_t);                      \
-  template void rope_forward<T>(T*, int64_t, int64_t, int64_t, int64_t, int64_t, double);          \
-  template void rope_backward<T>(T*, int64_t, int64_t, int64_t, int64_t, int64_t, double);         \
+  template void rope_forward<T>(T*, const AttentionShape&, const RopeSpec&);                        \
+  template void rope_backward<T>(T*, const AttentionShape&, const RopeSpec&);                       \
+  template void head_rmsnorm_forward<T>(T*, T*, T*, const T*, const T*, const AttentionShape&, T);  \
+  template void head_rmsnorm_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*,        \
+                                         const AttentionShape&);                                    \
   template void attention_forward<T>(T*, T*, const T*, int64_t, int64_t, int64_t, int64_t,         \
                                      int64_t);                                                     \
   template void attention_backward<T>(T*, const T*, const T*, const T*, int64_t, int64_t, int64_t, \

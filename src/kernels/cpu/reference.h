@@ -7,6 +7,9 @@
 #pragma once
 #include <cstdint>
 
+#include "kernels/rope_spec.h"
+#include "kernels/shapes.h"
+
 namespace strata::kernels::ref {
 
 template <typename T>
@@ -51,10 +54,16 @@ template <typename T>
 void swiglu_backward(T* dgate_up, const T* gate_up, const T* dy, int64_t n, int64_t f);
 
 template <typename T>
-void rope_forward(T* qkv, int64_t b, int64_t t, int64_t nh, int64_t nkv, int64_t hd, double theta);
+void rope_forward(T* qkv, const AttentionShape& s, const RopeSpec& rope);
 template <typename T>
-void rope_backward(T* dqkv, int64_t b, int64_t t, int64_t nh, int64_t nkv, int64_t hd,
-                   double theta);
+void rope_backward(T* dqkv, const AttentionShape& s, const RopeSpec& rope);
+
+template <typename T>
+void head_rmsnorm_forward(T* qkv, T* pre, T* rstd, const T* wq, const T* wk,
+                          const AttentionShape& s, T eps);
+template <typename T>
+void head_rmsnorm_backward(T* dqkv, T* dwq, T* dwk, const T* pre, const T* rstd, const T* wq,
+                           const T* wk, const AttentionShape& s);
 
 template <typename T>
 void attention_forward(T* out, T* probs, const T* qkv, int64_t b, int64_t t, int64_t nh,

@@ -1,5 +1,6 @@
 // Rotary position embedding, Hugging Face Llama convention (rotate_half): in every q and k head,
-// the pair (i, i + hd/2) is rotated by angle t * inv_freq[i], inv_freq[i] = theta^(-2i/hd).
+// the pair (i, i + hd/2) is rotated by angle t * inv_freq[i], inv_freq from rope_spec.h (plain
+// theta^(-2i/hd), or Llama 3's rescaling).
 // Work is split over positions: the hd/2 cos/sin values of a position are computed once and
 // applied to every batch row and head at that position. The backward is the same rotation by -angle
 // (the rotation's transpose).
@@ -14,14 +15,14 @@ namespace {
 
 constexpr int64_t kMaxHalf = 256;  // head_dim up to 512: cos/sin tables live on the stack
 
-void rope_rotate(float* qkv, int64_t b, int64_t t, int64_t nh, int64_t nkv, int64_t hd, float theta,
-                 float sign) {
+void rope_rotate(float* qkv, const AttentionShape& s, const RopeSpec& rope, float sign) {
+  const int64_t b = s.b, t = s.t, hd = s.head_dim;
   STRATA_CHECK(hd % 2 == 0 && hd / 2 <= kMaxHalf, "rope: head_dim ", hd,
                " must be even and at most ", 2 * kMaxHalf);
-  const int64_t row = (nh + 2 * nkv) * hd, half = hd / 2, heads = nh + nkv;
+  const int64_t row = s.qkv_width(), half = hd / 2, heads = s.qk_heads();
   double inv_freq[kMaxHalf];
   for (int64_t i = 0; i < half; ++i) {
-    inv_freq[i] = std::pow(double(theta), -2.0 * double(i) / double(hd));
+    inv_freq[i] = rope_inv_freq(rope, i, hd);
   }
 #pragma omp parallel for schedule(static)
   for (int64_t ti = 0; ti < t; ++ti) {
@@ -53,14 +54,12 @@ void rope_rotate(float* qkv, int64_t b, int64_t t, int64_t nh, int64_t nkv, int6
 
 }  // namespace
 
-void rope_forward(float* qkv, int64_t b, int64_t t, int64_t nh, int64_t nkv, int64_t hd,
-                  float theta) {
-  rope_rotate(qkv, b, t, nh, nkv, hd, theta, 1.0f);
+void rope_forward(float* qkv, const AttentionShape& s, const RopeSpec& rope) {
+  rope_rotate(qkv, s, rope, 1.0f);
 }
 
-void rope_backward(float* dqkv, int64_t b, int64_t t, int64_t nh, int64_t nkv, int64_t hd,
-                   float theta) {
-  rope_rotate(dqkv, b, t, nh, nkv, hd, theta, -1.0f);
+void rope_backward(float* dqkv, const AttentionShape& s, const RopeSpec& rope) {
+  rope_rotate(dqkv, s, rope, -1.0f);
 }
 
 }  // namespace strata::kernels

@@ -368,13 +368,21 @@ class CudaBackendImpl final : public CudaBackend {
                        int64_t f) override {
     cuda::swiglu_backward(dgate_up, gate_up, dy, n, f, s());
   }
-  void rope_forward(float* qkv, int64_t b, int64_t t, int64_t nh, int64_t nkv, int64_t hd,
-                    float theta) override {
-    cuda::rope_forward(qkv, b, t, nh, nkv, hd, theta, s());
+  void rope_forward(float* qkv, const AttentionShape& shape, const RopeSpec& rope) override {
+    cuda::rope_forward(qkv, shape, rope, s());
   }
-  void rope_backward(float* dqkv, int64_t b, int64_t t, int64_t nh, int64_t nkv, int64_t hd,
-                     float theta) override {
-    cuda::rope_backward(dqkv, b, t, nh, nkv, hd, theta, s());
+  void rope_backward(float* dqkv, const AttentionShape& shape, const RopeSpec& rope) override {
+    cuda::rope_backward(dqkv, shape, rope, s());
+  }
+  void head_rmsnorm_forward(float* qkv, float* pre, float* rstd, const float* wq, const float* wk,
+                            const AttentionShape& shape, float eps) override {
+    cuda::head_rmsnorm_forward(qkv, pre, rstd, wq, wk, shape, eps, s());
+  }
+  void head_rmsnorm_backward(float* dqkv, float* dwq, float* dwk, const float* pre,
+                             const float* rstd, const float* wq, const float* wk,
+                             const AttentionShape& shape) override {
+    float* scratch = norm_scratch_.floats(cuda::head_rmsnorm_backward_scratch_floats(shape));
+    cuda::head_rmsnorm_backward(dqkv, dwq, dwk, scratch, pre, rstd, wq, wk, shape, s());
   }
 
   // ---- attention ------------------------------------------------------------------------------

@@ -17,6 +17,9 @@
 
 #include <cstdint>
 
+#include "kernels/rope_spec.h"
+#include "kernels/shapes.h"
+
 namespace strata::cuda {
 
 // ---- LayerNorm (biased variance, eps inside the sqrt) ----------------------------------------
@@ -53,12 +56,20 @@ void swiglu_backward(float* dgate_up, const float* gate_up, const float* dy, int
                      cudaStream_t stream);
 
 // ---- RoPE (Hugging Face Llama rotate_half) on qkv[b*t, (nh + 2*nkv)*hd], in place -------------
-// Rotates the q and k heads; the position of row (b, t) is t; inv_freq[i] = theta^(-2i/hd).
-void rope_forward(float* qkv, int64_t b, int64_t t, int64_t nh, int64_t nkv, int64_t hd,
-                  float theta, cudaStream_t stream);
+// Rotates the q and k heads; the position of row (b, t) is t; inv_freq[i] = rope_inv_freq(rope,
+// i, hd) (kernels/rope_spec.h).
+void rope_forward(float* qkv, const AttentionShape& s, const RopeSpec& rope, cudaStream_t stream);
 // The rotation by -angle, in place on dqkv.
-void rope_backward(float* dqkv, int64_t b, int64_t t, int64_t nh, int64_t nkv, int64_t hd,
-                   float theta, cudaStream_t stream);
+void rope_backward(float* dqkv, const AttentionShape& s, const RopeSpec& rope, cudaStream_t stream);
+
+// ---- Per-head RMSNorm of q and k (Qwen3), in place on qkv; as kernels/cpu/kernels.h -----------
+void head_rmsnorm_forward(float* qkv, float* pre, float* rstd, const float* wq, const float* wk,
+                          const AttentionShape& s, float eps, cudaStream_t stream);
+int64_t head_rmsnorm_backward_scratch_floats(const AttentionShape& s);
+// In place on dqkv's q and k parts; dwq += , dwk += . scratch: the floats above.
+void head_rmsnorm_backward(float* dqkv, float* dwq, float* dwk, float* scratch, const float* pre,
+                           const float* rstd, const float* wq, const float* wk,
+                           const AttentionShape& s, cudaStream_t stream);
 
 // ---- Embedding: out[b,t,:] = wte[tokens[b,t],:] (+ wpe[t,:] when wpe is not null) -----------
 void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,

@@ -1,0 +1,19 @@
+// Shapes that travel through the kernel seam as one value instead of positional integers (the
+// kernel signatures of kernels/cpu/kernels.h, kernels/cuda/kernels.h and backend.h).
+#pragma once
+#include <cstdint>
+
+namespace strata {
+
+// The attention block of b sequences of t tokens: `heads` query heads and `kv_heads` key/value
+// heads (grouped-query attention), each head_dim wide. The fused projection qkv is
+// [b*t, (heads + 2*kv_heads) * head_dim]: q heads first, then k heads, then v heads.
+struct AttentionShape {
+  int64_t b = 0, t = 0, heads = 0, kv_heads = 0, head_dim = 0;
+
+  int64_t rows() const { return b * t; }
+  int64_t qkv_width() const { return (heads + 2 * kv_heads) * head_dim; }
+  int64_t qk_heads() const { return heads + kv_heads; }  // the heads RoPE and head norms touch
+};
+
+}  // namespace strata
