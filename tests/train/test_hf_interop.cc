@@ -30,9 +30,18 @@ namespace {
 namespace fs = std::filesystem;
 
 RunConfig tiny(const std::string& family, bool tie, int vocab = 64) {
-  std::vector<std::string> sets = {"model.family=" + family, cat("model.vocab_size=", vocab),
+  // "llama3": the llama family with Llama 3.x's rope scaling (not its defaults, so that the
+  // round trips below show every field travels).
+  std::vector<std::string> sets = {"model.family=" + (family == "llama3" ? "llama" : family),
+                                   cat("model.vocab_size=", vocab),
                                    std::string("model.tie_embeddings=") + (tie ? "true" : "false")};
-  if (family == "llama") sets.insert(sets.end(), {"model.n_kv_head=2", "model.d_ff=48"});
+  if (family != "gpt2") sets.insert(sets.end(), {"model.n_kv_head=2", "model.d_ff=48"});
+  if (family == "qwen3") sets.push_back("model.head_dim=12");  // apart from d_model / n_head
+  if (family == "llama3")
+    sets.insert(sets.end(),
+                {"model.rope_theta=500000", "model.rope_scaling=llama3", "model.rope_factor=32",
+                 "model.rope_low_freq_factor=2", "model.rope_high_freq_factor=8",
+                 "model.rope_original_max_seq_len=4096"});
   return parse_config(R"(
 [model]
 n_layer = 2
@@ -157,6 +166,60 @@ TEST(HfNames, LlamaTensorsKeepTheirLayout) {
   EXPECT_FALSE(back.tie_embeddings);
 }
 
+TEST(HfNames, Qwen3AddsHeadNormsAndItsHeadWidth) {
+  RunConfig run = tiny("qwen3", true);
+  std::set<std::string> names;
+  for (const hf::Rule& r : hf::rules(run.model)) {
+    names.insert(r.hf);
+    if (r.hf == "model.layers.1.self_attn.q_norm.weight") {
+      EXPECT_EQ(r.strata, "layers.1.attn.q_norm.weight");
+      EXPECT_EQ(r.hf_shape, (std::vector<int64_t>{12}));
+    }
+    if (r.hf == "model.layers.0.self_attn.q_proj.weight") {
+      EXPECT_EQ(r.hf_shape, (std::vector<int64_t>{48, 32}));  // 4 heads of 12 from d_model 32
+    }
+  }
+  EXPECT_EQ(names.size(), 2u + 11u * 2u);  // embed_tokens, norm (tied) + 11 per block
+  EXPECT_TRUE(names.count("model.layers.0.self_attn.k_norm.weight"));
+  const nlohmann::json j = hf::config_json(run.model, 63);
+  EXPECT_EQ(j["architectures"][0], "Qwen3ForCausalLM");
+  EXPECT_EQ(j["model_type"], "qwen3");
+  EXPECT_EQ(j["head_dim"], 12);
+  EXPECT_EQ(j["use_sliding_window"], false);
+  const ModelConfig back = hf::model_from_config_json(j, "config.json");
+  EXPECT_EQ(back.family, ModelFamily::qwen3);
+  EXPECT_EQ(back.head_dim(), 12);
+  EXPECT_TRUE(back.tie_embeddings);
+}
+
+TEST(HfNames, Llama3RopeScalingTravelsBothWays) {
+  const RunConfig run = tiny("llama3", false);
+  const nlohmann::json j = hf::config_json(run.model, 63);
+  EXPECT_EQ(j["rope_scaling"]["rope_type"], "llama3");
+  EXPECT_EQ(j["rope_scaling"]["factor"], 32.0);
+  EXPECT_EQ(j["rope_scaling"]["original_max_position_embeddings"], 4096);
+  const ModelConfig back = hf::model_from_config_json(j, "config.json");
+  EXPECT_EQ(back.rope_scaling, RopeScaling::llama3);
+  EXPECT_EQ(back.rope_factor, 32.0);
+  EXPECT_EQ(back.rope_low_freq_factor, 2.0);
+  EXPECT_EQ(back.rope_high_freq_factor, 8.0);
+  EXPECT_EQ(back.rope_original_max_seq_len, 4096);
+  // transformers 5 writes "rope_parameters", with rope_theta inside.
+  nlohmann::json v5 = j;
+  v5.erase("rope_scaling");
+  v5.erase("rope_theta");
+  v5["rope_parameters"] = {{"rope_type", "llama3"},
+                           {"factor", 8.0},
+                           {"low_freq_factor", 1.0},
+                           {"high_freq_factor", 4.0},
+                           {"original_max_position_embeddings", 8192},
+                           {"rope_theta", 500000.0}};
+  const ModelConfig b5 = hf::model_from_config_json(v5, "config.json");
+  EXPECT_EQ(b5.rope_scaling, RopeScaling::llama3);
+  EXPECT_EQ(b5.rope_factor, 8.0);
+  EXPECT_EQ(b5.rope_theta, 500000.0f);
+}
+
 struct RoundTrip {
   std::string family;
   bool tie;
@@ -195,7 +258,9 @@ INSTANTIATE_TEST_SUITE_P(
     Families, HfRoundTrip,
     ::testing::Values(RoundTrip{"gpt2", true, 0}, RoundTrip{"gpt2", false, 0},
                       RoundTrip{"llama", false, 0}, RoundTrip{"llama", true, 0},
-                      RoundTrip{"gpt2", true, 0.02}, RoundTrip{"llama", false, 0.02}),
+                      RoundTrip{"gpt2", true, 0.02}, RoundTrip{"llama", false, 0.02},
+                      RoundTrip{"llama3", false, 0}, RoundTrip{"qwen3", false, 0},
+                      RoundTrip{"qwen3", true, 0.02}),
     [](const ::testing::TestParamInfo<RoundTrip>& param) {
       const RoundTrip& p = param.param;
       return p.family + (p.tie ? "_tied" : "_untied") + (p.shard_mb > 0 ? "_sharded" : "_one_file");
@@ -317,8 +382,28 @@ TEST(HfImport, UnsupportedConfigsNameTheKey) {
   expect_import_error(
       "act", "gpt2", true, [](auto& j) { j["activation_function"] = "relu"; },
       "\"activation_function\" = \"relu\"");
+  // A head width the tensors do not have: the tensor and both shapes are named.
   expect_import_error(
-      "head_dim", "llama", false, [](auto& j) { j["head_dim"] = 16; }, "\"head_dim\" = 16");
+      "head_dim", "llama", false, [](auto& j) { j["head_dim"] = 16; },
+      "self_attn.q_proj.weight' has shape [32, 32] but config.json implies [64, 32]");
+  expect_import_error(
+      "window", "qwen3", false, [](auto& j) { j["use_sliding_window"] = true; },
+      "\"use_sliding_window\" = true is not supported");
+  expect_import_error(
+      "layer_types", "qwen3", false,
+      [](auto& j) {
+        j["layer_types"] = {"full_attention", "sliding_attention"};
+      },
+      "\"layer_types\" holds \"sliding_attention\"");
+  expect_import_error(
+      "rope_llama3", "llama", false,
+      [](auto& j) {
+        j["rope_scaling"] = {{"rope_type", "llama3"},
+                             {"factor", 8.0},
+                             {"low_freq_factor", 4.0},
+                             {"high_freq_factor", 1.0}};
+      },
+      "rope_high_freq_factor");
   expect_import_error(
       "untie", "llama", true, [](auto& j) { j["tie_word_embeddings"] = false; }, "lm_head.weight");
   expect_import_error(
