@@ -24,28 +24,39 @@ void JsonlWriter::write(const nlohmann::json& record) {
   std::fflush(file_);
 }
 
-MetricsSink::MetricsSink(const std::string& run_dir, bool tensorboard)
-    : jsonl_((std::filesystem::path(run_dir) / "metrics.jsonl").string(), /*append=*/true) {
-  write_environment(run_dir);  // where these numbers come from, for `strata report`
-  if (tensorboard)
-    tensorboard_ = std::make_unique<TensorBoardWriter>(
-        (std::filesystem::path(run_dir) / "tensorboard").string());
+TensorBoardOutput::TensorBoardOutput(const std::string& dir)
+    : writer_(std::make_unique<TensorBoardWriter>(dir)) {}
+
+TensorBoardOutput::~TensorBoardOutput() = default;
+
+void TensorBoardOutput::write(const nlohmann::json& record) {
+  const auto step = record.find("step");
+  writer_->add_json_scalars(
+      record, step != record.end() && step->is_number_integer() ? step->get<int64_t>() : 0);
+  writer_->flush();
 }
 
-MetricsSink::~MetricsSink() = default;
+const std::string& TensorBoardOutput::path() const {
+  return writer_->path();
+}
+
+void MetricsSink::add(std::unique_ptr<MetricsOutput> output) {
+  if (output) outputs_.push_back(std::move(output));
+}
 
 void MetricsSink::write(const nlohmann::json& record) {
-  jsonl_.write(record);
-  if (tensorboard_) {
-    const auto step = record.find("step");
-    tensorboard_->add_json_scalars(
-        record, step != record.end() && step->is_number_integer() ? step->get<int64_t>() : 0);
-    tensorboard_->flush();
-  }
+  for (auto& o : outputs_) o->write(record);
 }
 
-std::string MetricsSink::tensorboard_path() const {
-  return tensorboard_ ? tensorboard_->path() : "";
+void MetricsSink::finish() {
+  for (auto& o : outputs_) o->finish();
+}
+
+void add_run_dir_outputs(MetricsSink& sink, const std::string& run_dir, bool tensorboard) {
+  const std::filesystem::path dir(run_dir);
+  sink.add(std::make_unique<JsonlWriter>((dir / "metrics.jsonl").string(), /*append=*/true));
+  write_environment(run_dir);
+  if (tensorboard) sink.add(std::make_unique<TensorBoardOutput>((dir / "tensorboard").string()));
 }
 
 }  // namespace strata

@@ -30,7 +30,6 @@
 #include "track/console.h"
 #include "track/events.h"
 #include "track/metrics.h"
-#include "track/mlflow.h"
 #include "train/checkpoint.h"
 #include "train/mlflow_run.h"
 #include "train/post_train.h"
@@ -128,9 +127,11 @@ Trainer::Trainer(RunConfig config, ProcessGroups* groups, Backend* backend)
     ckpt_writer_.reserve(floats);
   }
   peak_flops_ = device_->measure_peak_flops(train_precision(config_.train));
-  if (is_rank0())
-    metrics_ = std::make_unique<MetricsSink>(config_.run.dir, config_.track.tensorboard);
-  if (is_rank0()) mlflow_ = start_mlflow(config_);  // [mlflow]
+  metrics_ = std::make_unique<MetricsSink>();  // rank 0 writes the run's metrics, others none
+  if (is_rank0()) {
+    add_run_dir_outputs(*metrics_, config_.run.dir, config_.track.tensorboard);
+    metrics_->add(mlflow_output(config_));  // [mlflow]
+  }
   console_ = std::make_unique<ConsoleProgress>(config_.train.log_every);
   profiler_.setup(config_.profile, config_.run.dir, groups_);  // [profile]: collective
   log::info(
@@ -546,8 +547,7 @@ void Trainer::write_metrics(const StepResult& r, double tokens_per_s, double mfu
     }
     if (!per_group.empty()) j["comm"] = per_group;
   }
-  if (metrics_) metrics_->write(j);
-  if (mlflow_) mlflow_->log(j);
+  metrics_->write(j);
 }
 
 double Trainer::run() {
@@ -607,7 +607,7 @@ double Trainer::run() {
   sample_at_end();
   heartbeat("done");
   if (is_rank0()) run_post_train(config_, step_);  // [post_train]: registry, evaluation
-  if (mlflow_) finish_mlflow(*mlflow_, config_);   // artifacts, FINISHED
+  metrics_->finish();                              // MLflow: artifacts, FINISHED
   return val_loss;
 }
 

@@ -28,7 +28,6 @@ class HostOffloadAdamW;
 class HostOffloadGradHooks;
 class LossScaler;
 class MetricsSink;
-class MlflowLogger;
 class ModelParallel;
 class OffloadedOptimizer;
 class PipelineExecutor;
@@ -206,9 +205,8 @@ class Trainer {
   bool optimizer_writes_bf16_ = false;  // AdamW keeps the bf16 working weights current
   bool rollback_requested_ = false;     // a loss spike asked to go back to the last checkpoint
   std::vector<int64_t> skip_batch_at_;  // steps whose batch is consumed untrained (rolled back)
-  // metrics.jsonl and TensorBoard event files (rank 0 only)
+  // metrics.jsonl, TensorBoard event files and MLflow (outputs on rank 0 only)
   std::unique_ptr<MetricsSink> metrics_;
-  std::unique_ptr<MlflowLogger> mlflow_;  // [mlflow] (rank 0; null when off)
   std::unique_ptr<ConsoleProgress> console_;
   StepProfiler profiler_;  // [profile]: the tracer's window of steps
 };

@@ -21,7 +21,6 @@
 #include "track/console.h"
 #include "track/events.h"
 #include "track/metrics.h"
-#include "track/mlflow.h"
 #include "train/token_source.h"
 #include "train/train_device.h"
 #include "train/trainer.h"

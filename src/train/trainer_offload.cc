@@ -11,7 +11,6 @@
 #include "parallel/pipeline_executor.h"
 #include "track/console.h"
 #include "track/metrics.h"
-#include "track/mlflow.h"
 #include "train/token_source.h"
 #include "train/train_device.h"
 #include "train/trainer.h"

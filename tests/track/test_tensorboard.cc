@@ -206,21 +206,27 @@ TEST(TensorBoard, WriterWritesNumericLeavesOfJson) {
   fs::remove_all(dir);
 }
 
-TEST(TensorBoard, MetricsSinkWritesBoth) {
+TEST(TensorBoard, RunDirOutputsWriteBoth) {
   const fs::path dir = fs::temp_directory_path() / "strata_test_metrics_sink";
   fs::remove_all(dir);
   fs::create_directories(dir);
   {
-    MetricsSink sink(dir.string(), /*tensorboard=*/true);
+    MetricsSink sink;
+    add_run_dir_outputs(sink, dir.string(), /*tensorboard=*/true);
+    ASSERT_EQ(sink.outputs(), 2u);
     sink.write({{"step", 1}, {"loss", 3.0}});
     sink.write({{"step", 2}, {"loss", 2.0}});
-    EXPECT_EQ(read_records(sink.tensorboard_path()).size(), 3u);
+    ASSERT_TRUE(fs::is_directory(dir / "tensorboard"));
+    const fs::path events = fs::directory_iterator(dir / "tensorboard")->path();
+    EXPECT_EQ(read_records(events.string()).size(), 3u);  // file_version and two scalars
   }
   EXPECT_TRUE(fs::exists(dir / "metrics.jsonl"));
+  EXPECT_TRUE(fs::exists(dir / "environment.json"));
   fs::create_directories(dir / "off");
   {
-    MetricsSink off((dir / "off").string(), /*tensorboard=*/false);
-    EXPECT_EQ(off.tensorboard_path(), "");
+    MetricsSink off;
+    add_run_dir_outputs(off, (dir / "off").string(), /*tensorboard=*/false);
+    EXPECT_EQ(off.outputs(), 1u);
   }
   EXPECT_FALSE(fs::exists(dir / "off" / "tensorboard"));
   fs::remove_all(dir);
