@@ -137,30 +137,23 @@ class Backend {
   // ---- attention -------------------------------------------------------------------------------
   // Naive attention (materialised probabilities); a backend may not have it (supports_naive).
   virtual bool supports_naive_attention() const = 0;
-  virtual void attention_forward(float* out, float* probs, const float* qkv, int64_t b, int64_t t,
-                                 int64_t nh, int64_t nkv, int64_t hd) = 0;
+  virtual void attention_forward(float* out, float* probs, const float* qkv,
+                                 const AttentionShape& s) = 0;
   virtual void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                                  const float* probs, int64_t b, int64_t t, int64_t nh, int64_t nkv,
-                                  int64_t hd) = 0;
-  virtual int64_t attention_backward_scratch(int64_t b, int64_t t, int64_t nh, int64_t nkv,
-                                             int64_t hd) const = 0;
-  virtual void flash_attention_forward(float* out, float* lse, const float* qkv, int64_t b,
-                                       int64_t t, int64_t nh, int64_t nkv, int64_t hd) = 0;
+                                  const float* probs, const AttentionShape& s) = 0;
+  virtual int64_t attention_backward_scratch(const AttentionShape& s) const = 0;
+  virtual void flash_attention_forward(float* out, float* lse, const float* qkv,
+                                       const AttentionShape& s) = 0;
   virtual void flash_attention_backward(float* dqkv, float* scratch, const float* dout,
                                         const float* qkv, const float* out, const float* lse,
-                                        int64_t b, int64_t t, int64_t nh, int64_t nkv,
-                                        int64_t hd) = 0;
-  virtual int64_t flash_attention_backward_scratch(int64_t b, int64_t t, int64_t nh, int64_t nkv,
-                                                   int64_t hd) const = 0;
+                                        const AttentionShape& s) = 0;
+  virtual int64_t flash_attention_backward_scratch(const AttentionShape& s) const = 0;
   virtual void flash_attention_forward_bf16(float* out, float* lse, const uint16_t* qkv16,
-                                            int64_t b, int64_t t, int64_t nh, int64_t nkv,
-                                            int64_t hd) = 0;
+                                            const AttentionShape& s) = 0;
   virtual void flash_attention_backward_bf16(float* dqkv, float* scratch, const float* dout,
                                              const uint16_t* qkv16, const float* out,
-                                             const float* lse, int64_t b, int64_t t, int64_t nh,
-                                             int64_t nkv, int64_t hd) = 0;
-  virtual int64_t flash_attention_backward_bf16_scratch(int64_t b, int64_t t, int64_t nh,
-                                                        int64_t nkv, int64_t hd) const = 0;
+                                             const float* lse, const AttentionShape& s) = 0;
+  virtual int64_t flash_attention_backward_bf16_scratch(const AttentionShape& s) const = 0;
 
   // ---- loss ------------------------------------------------------------------------------------
   // Each returns the sum of the valid rows' losses (synchronising with the device).

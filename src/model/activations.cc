@@ -115,11 +115,10 @@ int64_t attention_scratch(const ModelConfig& cfg, const Backend* backend, int64_
                           int64_t seq_len, int64_t nh, int64_t nkv, int threads) {
   const int64_t hd = cfg.head_dim();
   if (backend) {
-    return cfg.flash_attention()
-               ? std::max(
-                     backend->flash_attention_backward_scratch(batch, seq_len, nh, nkv, hd),
-                     backend->flash_attention_backward_bf16_scratch(batch, seq_len, nh, nkv, hd))
-               : backend->attention_backward_scratch(batch, seq_len, nh, nkv, hd);
+    const AttentionShape shape{batch, seq_len, nh, nkv, hd};
+    return cfg.flash_attention() ? std::max(backend->flash_attention_backward_scratch(shape),
+                                            backend->flash_attention_backward_bf16_scratch(shape))
+                                 : backend->attention_backward_scratch(shape);
   }
   return cfg.flash_attention()
              ? std::max(

@@ -110,7 +110,7 @@ bool bf16_flash(const BlockRun& r) {
 void attention_forward(BlockRun& r, LayerActivations& l, const float* x) {
   Backend& k = r.k;
   const DType prec = r.linear.precision();
-  const int64_t b = r.b, t = r.t, n = r.n(), nh = r.heads(), nkv = r.kv_heads(), hd = r.head_dim();
+  const int64_t n = r.n(), nh = r.heads(), hd = r.head_dim();
   if (r.lowp()) {
     // q, k, v are kept in 16 bits; attention (scores, softmax, weighted sum in f32) reads the
     // rounded values in forward as backward will: bf16 flash attention reads them directly
@@ -120,11 +120,11 @@ void attention_forward(BlockRun& r, LayerActivations& l, const float* x) {
     if (!bf16_flash(r)) k.from_lowp(prec, l.qkv, l.qkv_lp, count);
   }
   if (bf16_flash(r))
-    k.flash_attention_forward_bf16(l.attn_out, l.lse, l.qkv_lp, b, t, nh, nkv, hd);
+    k.flash_attention_forward_bf16(l.attn_out, l.lse, l.qkv_lp, r.attention_shape());
   else if (r.cfg.flash_attention())
-    k.flash_attention_forward(l.attn_out, l.lse, l.qkv, b, t, nh, nkv, hd);
+    k.flash_attention_forward(l.attn_out, l.lse, l.qkv, r.attention_shape());
   else
-    k.attention_forward(l.attn_out, l.probs, l.qkv, b, t, nh, nkv, hd);
+    k.attention_forward(l.attn_out, l.probs, l.qkv, r.attention_shape());
   if (r.lowp()) k.to_lowp(prec, l.attn_out_lp, l.attn_out, n * nh * hd);
   r.linear.row_parallel(l.resid_mid, r.kept(l.attn_out, l.attn_out_lp), r.p.o_w, r.p.o_b, x, n,
                         nh * hd);
@@ -133,7 +133,7 @@ void attention_forward(BlockRun& r, LayerActivations& l, const float* x) {
 void attention_backward(BlockRun& r, LayerActivations& l) {
   Backend& k = r.k;
   GradScratch& s = r.s;
-  const int64_t b = r.b, t = r.t, n = r.n(), nh = r.heads(), nkv = r.kv_heads(), hd = r.head_dim();
+  const int64_t n = r.n(), nh = r.heads(), hd = r.head_dim();
   const float* dy = r.tp.gather_rows(s.dresid, s.full_a, n, r.c());
   // Flash attention keeps attn_out in f32 (its backward reads it): round it again for the GEMM.
   if (r.lowp() && r.cfg.flash_attention())
@@ -141,17 +141,16 @@ void attention_backward(BlockRun& r, LayerActivations& l) {
   r.linear.backward(s.dattn, r.G(r.p.o_w), r.G(r.p.o_b), dy, r.kept(l.attn_out, l.attn_out_lp),
                     r.p.o_w, n, nh * hd, r.c());
   if (bf16_flash(r))
-    k.flash_attention_backward_bf16(s.dqkv, s.attn_scratch, s.dattn, l.qkv_lp, l.attn_out, l.lse, b,
-                                    t, nh, nkv, hd);
+    k.flash_attention_backward_bf16(s.dqkv, s.attn_scratch, s.dattn, l.qkv_lp, l.attn_out, l.lse,
+                                    r.attention_shape());
   else if (r.cfg.flash_attention())
-    k.flash_attention_backward(s.dqkv, s.attn_scratch, s.dattn, l.qkv, l.attn_out, l.lse, b, t, nh,
-                               nkv, hd);
+    k.flash_attention_backward(s.dqkv, s.attn_scratch, s.dattn, l.qkv, l.attn_out, l.lse,
+                               r.attention_shape());
   else
-    k.attention_backward(s.dqkv, s.attn_scratch, s.dattn, l.qkv, l.probs, b, t, nh, nkv, hd);
+    k.attention_backward(s.dqkv, s.attn_scratch, s.dattn, l.qkv, l.probs, r.attention_shape());
 }
 
-// ---- the RMSNorm families' qkv input and SwiGLU MLP
-// ----------------------------------------------
+// ---- the RMSNorm families' qkv input and SwiGLU MLP ------------------------------------------
 
 void rms_qkv_forward(BlockRun& r, LayerActivations& l, const float* x) {
   const int64_t n = r.n(), c = r.c();

@@ -332,9 +332,8 @@ void Decoder::run_backward(int chunk, ActivationStore& a) {
     if (mode == Recompute::full) {
       block_->forward(run, l, x);
     } else if (mode == Recompute::selective && !config_.flash_attention()) {
-      const ModelConfig& cfg = config_;
-      backend_.attention_forward(recompute_buffers_.attn_out, l.probs, l.qkv, a.b, a.t,
-                                 shard_.heads(cfg), shard_.kv_heads(cfg), cfg.head_dim());
+      backend_.attention_forward(recompute_buffers_.attn_out, l.probs, l.qkv,
+                                 run.attention_shape());
     }
     block_->backward(run, l, x);
     hooks_->end_grads(layer + 1);

@@ -122,9 +122,9 @@ TEST_F(CudaBackendTest, IsCudaWithAStreamAndNoNaiveAttention) {
   float* buf = zeros(16);
   for (int which = 0; which < 3; ++which) {
     try {
-      if (which == 0) gpu().attention_forward(buf, buf, buf, 1, 1, 1, 1, 1);
-      if (which == 1) gpu().attention_backward(buf, buf, buf, buf, buf, 1, 1, 1, 1, 1);
-      if (which == 2) gpu().attention_backward_scratch(1, 1, 1, 1, 1);
+      if (which == 0) gpu().attention_forward(buf, buf, buf, {1, 1, 1, 1, 1});
+      if (which == 1) gpu().attention_backward(buf, buf, buf, buf, buf, {1, 1, 1, 1, 1});
+      if (which == 2) gpu().attention_backward_scratch({1, 1, 1, 1, 1});
       ADD_FAILURE() << "naive attention method " << which << " did not throw";
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find("flash"), std::string::npos) << e.what();
@@ -523,27 +523,27 @@ TEST_F(CudaBackendTest, FlashAttentionMatchesTheCpuInF32AndBf16) {
     SCOPED_TRACE(bf16 ? "bf16" : "f32");
     float *gout = zeros(nout), *glse = zeros(nlse), *gdqkv = zeros(nqkv);
     Vec out(nout), lse(nlse), dqkv(nqkv);
-    const int64_t gscratch = bf16 ? gpu().flash_attention_backward_bf16_scratch(b, t, nh, nkv, hd)
-                                  : gpu().flash_attention_backward_scratch(b, t, nh, nkv, hd);
-    const int64_t cscratch = bf16 ? cpu().flash_attention_backward_bf16_scratch(b, t, nh, nkv, hd)
-                                  : cpu().flash_attention_backward_scratch(b, t, nh, nkv, hd);
+    const int64_t gscratch = bf16 ? gpu().flash_attention_backward_bf16_scratch({b, t, nh, nkv, hd})
+                                  : gpu().flash_attention_backward_scratch({b, t, nh, nkv, hd});
+    const int64_t cscratch = bf16 ? cpu().flash_attention_backward_bf16_scratch({b, t, nh, nkv, hd})
+                                  : cpu().flash_attention_backward_scratch({b, t, nh, nkv, hd});
     EXPECT_GE(gscratch, b * nh * t);  // the kernels' D = rowsum(dO o O), one float per row
     float* gs = zeros(gscratch);
     Vec scratch(static_cast<size_t>(cscratch));
     if (bf16) {
       uint16_t* gq = up(qkv16);
-      gpu().flash_attention_forward_bf16(gout, glse, gq, b, t, nh, nkv, hd);
-      gpu().flash_attention_backward_bf16(gdqkv, gs, up(dout), gq, gout, glse, b, t, nh, nkv, hd);
-      cpu().flash_attention_forward_bf16(out.data(), lse.data(), qkv16.data(), b, t, nh, nkv, hd);
+      gpu().flash_attention_forward_bf16(gout, glse, gq, {b, t, nh, nkv, hd});
+      gpu().flash_attention_backward_bf16(gdqkv, gs, up(dout), gq, gout, glse, {b, t, nh, nkv, hd});
+      cpu().flash_attention_forward_bf16(out.data(), lse.data(), qkv16.data(), {b, t, nh, nkv, hd});
       cpu().flash_attention_backward_bf16(dqkv.data(), scratch.data(), dout.data(), qkv16.data(),
-                                          out.data(), lse.data(), b, t, nh, nkv, hd);
+                                          out.data(), lse.data(), {b, t, nh, nkv, hd});
     } else {
       float* gq = up(qkv);
-      gpu().flash_attention_forward(gout, glse, gq, b, t, nh, nkv, hd);
-      gpu().flash_attention_backward(gdqkv, gs, up(dout), gq, gout, glse, b, t, nh, nkv, hd);
-      cpu().flash_attention_forward(out.data(), lse.data(), qkv.data(), b, t, nh, nkv, hd);
+      gpu().flash_attention_forward(gout, glse, gq, {b, t, nh, nkv, hd});
+      gpu().flash_attention_backward(gdqkv, gs, up(dout), gq, gout, glse, {b, t, nh, nkv, hd});
+      cpu().flash_attention_forward(out.data(), lse.data(), qkv.data(), {b, t, nh, nkv, hd});
       cpu().flash_attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(),
-                                     out.data(), lse.data(), b, t, nh, nkv, hd);
+                                     out.data(), lse.data(), {b, t, nh, nkv, hd});
     }
     // test_flash_attention.cc's tolerances: bf16 values a hair from a rounding boundary may round
     // differently on the two sides.

@@ -180,51 +180,46 @@ class ForwardingBackend : public Backend {
     const Call call(*this);
     inner_.head_rmsnorm_backward(dqkv, dwq, dwk, pre, rstd, wq, wk, s);
   }
-  void attention_forward(float* out, float* probs, const float* qkv, int64_t b, int64_t t,
-                         int64_t nh, int64_t nkv, int64_t hd) override {
+  void attention_forward(float* out, float* probs, const float* qkv,
+                         const AttentionShape& s) override {
     const Call call(*this);
-    inner_.attention_forward(out, probs, qkv, b, t, nh, nkv, hd);
+    inner_.attention_forward(out, probs, qkv, s);
   }
   void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                          const float* probs, int64_t b, int64_t t, int64_t nh, int64_t nkv,
-                          int64_t hd) override {
+                          const float* probs, const AttentionShape& s) override {
     const Call call(*this);
-    inner_.attention_backward(dqkv, scratch, dout, qkv, probs, b, t, nh, nkv, hd);
+    inner_.attention_backward(dqkv, scratch, dout, qkv, probs, s);
   }
-  int64_t attention_backward_scratch(int64_t b, int64_t t, int64_t nh, int64_t nkv,
-                                     int64_t hd) const override {
-    return inner_.attention_backward_scratch(b, t, nh, nkv, hd);
+  int64_t attention_backward_scratch(const AttentionShape& s) const override {
+    return inner_.attention_backward_scratch(s);
   }
-  void flash_attention_forward(float* out, float* lse, const float* qkv, int64_t b, int64_t t,
-                               int64_t nh, int64_t nkv, int64_t hd) override {
+  void flash_attention_forward(float* out, float* lse, const float* qkv,
+                               const AttentionShape& s) override {
     const Call call(*this);
-    inner_.flash_attention_forward(out, lse, qkv, b, t, nh, nkv, hd);
+    inner_.flash_attention_forward(out, lse, qkv, s);
   }
   void flash_attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                                const float* out, const float* lse, int64_t b, int64_t t,
-                                int64_t nh, int64_t nkv, int64_t hd) override {
+                                const float* out, const float* lse,
+                                const AttentionShape& s) override {
     const Call call(*this);
-    inner_.flash_attention_backward(dqkv, scratch, dout, qkv, out, lse, b, t, nh, nkv, hd);
+    inner_.flash_attention_backward(dqkv, scratch, dout, qkv, out, lse, s);
   }
-  int64_t flash_attention_backward_scratch(int64_t b, int64_t t, int64_t nh, int64_t nkv,
-                                           int64_t hd) const override {
-    return inner_.flash_attention_backward_scratch(b, t, nh, nkv, hd);
+  int64_t flash_attention_backward_scratch(const AttentionShape& s) const override {
+    return inner_.flash_attention_backward_scratch(s);
   }
-  void flash_attention_forward_bf16(float* out, float* lse, const uint16_t* qkv16, int64_t b,
-                                    int64_t t, int64_t nh, int64_t nkv, int64_t hd) override {
+  void flash_attention_forward_bf16(float* out, float* lse, const uint16_t* qkv16,
+                                    const AttentionShape& s) override {
     const Call call(*this);
-    inner_.flash_attention_forward_bf16(out, lse, qkv16, b, t, nh, nkv, hd);
+    inner_.flash_attention_forward_bf16(out, lse, qkv16, s);
   }
   void flash_attention_backward_bf16(float* dqkv, float* scratch, const float* dout,
                                      const uint16_t* qkv16, const float* out, const float* lse,
-                                     int64_t b, int64_t t, int64_t nh, int64_t nkv,
-                                     int64_t hd) override {
+                                     const AttentionShape& s) override {
     const Call call(*this);
-    inner_.flash_attention_backward_bf16(dqkv, scratch, dout, qkv16, out, lse, b, t, nh, nkv, hd);
+    inner_.flash_attention_backward_bf16(dqkv, scratch, dout, qkv16, out, lse, s);
   }
-  int64_t flash_attention_backward_bf16_scratch(int64_t b, int64_t t, int64_t nh, int64_t nkv,
-                                                int64_t hd) const override {
-    return inner_.flash_attention_backward_bf16_scratch(b, t, nh, nkv, hd);
+  int64_t flash_attention_backward_bf16_scratch(const AttentionShape& s) const override {
+    return inner_.flash_attention_backward_bf16_scratch(s);
   }
   double cross_entropy_forward(float* losses, const float* logits, const int32_t* targets,
                                int64_t n, int64_t v) override {

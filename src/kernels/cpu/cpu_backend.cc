@@ -176,45 +176,43 @@ class CpuBackend final : public Backend {
                              const AttentionShape& s) override {
     k::head_rmsnorm_backward(dqkv, dwq, dwk, pre, rstd, wq, wk, s);
   }
-  void attention_forward(float* out, float* probs, const float* qkv, int64_t b, int64_t t,
-                         int64_t nh, int64_t nkv, int64_t hd) override {
-    k::attention_forward(out, probs, qkv, b, t, nh, nkv, hd);
+  void attention_forward(float* out, float* probs, const float* qkv,
+                         const AttentionShape& s) override {
+    k::attention_forward(out, probs, qkv, s.b, s.t, s.heads, s.kv_heads, s.head_dim);
   }
   void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                          const float* probs, int64_t b, int64_t t, int64_t nh, int64_t nkv,
-                          int64_t hd) override {
-    k::attention_backward(dqkv, scratch, dout, qkv, probs, b, t, nh, nkv, hd);
+                          const float* probs, const AttentionShape& s) override {
+    k::attention_backward(dqkv, scratch, dout, qkv, probs, s.b, s.t, s.heads, s.kv_heads,
+                          s.head_dim);
   }
-  int64_t attention_backward_scratch(int64_t b, int64_t t, int64_t nh, int64_t nkv,
-                                     int64_t hd) const override {
-    return k::attention_backward_scratch(b, t, nh, nkv, hd);
+  int64_t attention_backward_scratch(const AttentionShape& s) const override {
+    return k::attention_backward_scratch(s.b, s.t, s.heads, s.kv_heads, s.head_dim);
   }
-  void flash_attention_forward(float* out, float* lse, const float* qkv, int64_t b, int64_t t,
-                               int64_t nh, int64_t nkv, int64_t hd) override {
-    k::flash_attention_forward(out, lse, qkv, b, t, nh, nkv, hd);
+  void flash_attention_forward(float* out, float* lse, const float* qkv,
+                               const AttentionShape& s) override {
+    k::flash_attention_forward(out, lse, qkv, s.b, s.t, s.heads, s.kv_heads, s.head_dim);
   }
   void flash_attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                                const float* out, const float* lse, int64_t b, int64_t t,
-                                int64_t nh, int64_t nkv, int64_t hd) override {
-    k::flash_attention_backward(dqkv, scratch, dout, qkv, out, lse, b, t, nh, nkv, hd);
+                                const float* out, const float* lse,
+                                const AttentionShape& s) override {
+    k::flash_attention_backward(dqkv, scratch, dout, qkv, out, lse, s.b, s.t, s.heads, s.kv_heads,
+                                s.head_dim);
   }
-  int64_t flash_attention_backward_scratch(int64_t b, int64_t t, int64_t nh, int64_t nkv,
-                                           int64_t hd) const override {
-    return k::flash_attention_backward_scratch(b, t, nh, nkv, hd);
+  int64_t flash_attention_backward_scratch(const AttentionShape& s) const override {
+    return k::flash_attention_backward_scratch(s.b, s.t, s.heads, s.kv_heads, s.head_dim);
   }
-  void flash_attention_forward_bf16(float* out, float* lse, const uint16_t* qkv16, int64_t b,
-                                    int64_t t, int64_t nh, int64_t nkv, int64_t hd) override {
-    k::flash_attention_forward_bf16(out, lse, qkv16, b, t, nh, nkv, hd);
+  void flash_attention_forward_bf16(float* out, float* lse, const uint16_t* qkv16,
+                                    const AttentionShape& s) override {
+    k::flash_attention_forward_bf16(out, lse, qkv16, s.b, s.t, s.heads, s.kv_heads, s.head_dim);
   }
   void flash_attention_backward_bf16(float* dqkv, float* scratch, const float* dout,
                                      const uint16_t* qkv16, const float* out, const float* lse,
-                                     int64_t b, int64_t t, int64_t nh, int64_t nkv,
-                                     int64_t hd) override {
-    k::flash_attention_backward_bf16(dqkv, scratch, dout, qkv16, out, lse, b, t, nh, nkv, hd);
+                                     const AttentionShape& s) override {
+    k::flash_attention_backward_bf16(dqkv, scratch, dout, qkv16, out, lse, s.b, s.t, s.heads,
+                                     s.kv_heads, s.head_dim);
   }
-  int64_t flash_attention_backward_bf16_scratch(int64_t b, int64_t t, int64_t nh, int64_t nkv,
-                                                int64_t hd) const override {
-    return k::flash_attention_backward_bf16_scratch(b, t, nh, nkv, hd);
+  int64_t flash_attention_backward_bf16_scratch(const AttentionShape& s) const override {
+    return k::flash_attention_backward_bf16_scratch(s.b, s.t, s.heads, s.kv_heads, s.head_dim);
   }
   double cross_entropy_forward(float* losses, const float* logits, const int32_t* targets,
                                int64_t n, int64_t v) override {

@@ -387,57 +387,61 @@ class CudaBackendImpl final : public CudaBackend {
 
   // ---- attention ------------------------------------------------------------------------------
   bool supports_naive_attention() const override { return false; }
-  void attention_forward(float*, float*, const float*, int64_t, int64_t, int64_t, int64_t,
-                         int64_t) override {
+  void attention_forward(float*, float*, const float*, const AttentionShape&) override {
     no_naive_attention("attention_forward");
   }
-  void attention_backward(float*, float*, const float*, const float*, const float*, int64_t,
-                          int64_t, int64_t, int64_t, int64_t) override {
+  void attention_backward(float*, float*, const float*, const float*, const float*,
+                          const AttentionShape&) override {
     no_naive_attention("attention_backward");
   }
-  int64_t attention_backward_scratch(int64_t, int64_t, int64_t, int64_t, int64_t) const override {
+  int64_t attention_backward_scratch(const AttentionShape&) const override {
     no_naive_attention("attention_backward_scratch");
   }
-  void flash_attention_forward(float* out, float* lse, const float* qkv, int64_t b, int64_t t,
-                               int64_t nh, int64_t nkv, int64_t hd) override {
-    cuda::flash_attention_forward(out, lse, qkv, b, t, nh, nkv, hd, s());
+  void flash_attention_forward(float* out, float* lse, const float* qkv,
+                               const AttentionShape& shape) override {
+    cuda::flash_attention_forward(out, lse, qkv, shape.b, shape.t, shape.heads, shape.kv_heads,
+                                  shape.head_dim, s());
   }
   // The scratch is the kernels' workspace (D = rowsum(dO o O)), counted in floats.
   void flash_attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                                const float* out, const float* lse, int64_t b, int64_t t,
-                                int64_t nh, int64_t nkv, int64_t hd) override {
-    cuda::flash_attention_backward(dqkv, scratch, dout, qkv, out, lse, b, t, nh, nkv, hd, s());
+                                const float* out, const float* lse,
+                                const AttentionShape& shape) override {
+    cuda::flash_attention_backward(dqkv, scratch, dout, qkv, out, lse, shape.b, shape.t,
+                                   shape.heads, shape.kv_heads, shape.head_dim, s());
   }
-  int64_t flash_attention_backward_scratch(int64_t b, int64_t t, int64_t nh, int64_t nkv,
-                                           int64_t hd) const override {
-    return floats_for(cuda::flash_attention_backward_workspace(b, t, nh, nkv, hd));
+  int64_t flash_attention_backward_scratch(const AttentionShape& shape) const override {
+    return floats_for(cuda::flash_attention_backward_workspace(shape.b, shape.t, shape.heads,
+                                                               shape.kv_heads, shape.head_dim));
   }
   // bf16: the tensor-core kernels (flash_attention_mma.h), or the scalar ones with
   // STRATA_FLASH_KERNEL=scalar. The scratch fits either (the mma workspace is the larger).
-  void flash_attention_forward_bf16(float* out, float* lse, const uint16_t* qkv16, int64_t b,
-                                    int64_t t, int64_t nh, int64_t nkv, int64_t hd) override {
+  void flash_attention_forward_bf16(float* out, float* lse, const uint16_t* qkv16,
+                                    const AttentionShape& shape) override {
     if (cuda::flash_attention_mma_enabled()) {
-      cuda::flash_attention_mma_forward_bf16(out, lse, qkv16, b, t, nh, nkv, hd, s());
+      cuda::flash_attention_mma_forward_bf16(out, lse, qkv16, shape.b, shape.t, shape.heads,
+                                             shape.kv_heads, shape.head_dim, s());
     } else {
-      cuda::flash_attention_forward_bf16(out, lse, qkv16, b, t, nh, nkv, hd, s());
+      cuda::flash_attention_forward_bf16(out, lse, qkv16, shape.b, shape.t, shape.heads,
+                                         shape.kv_heads, shape.head_dim, s());
     }
   }
   void flash_attention_backward_bf16(float* dqkv, float* scratch, const float* dout,
                                      const uint16_t* qkv16, const float* out, const float* lse,
-                                     int64_t b, int64_t t, int64_t nh, int64_t nkv,
-                                     int64_t hd) override {
+                                     const AttentionShape& shape) override {
     if (cuda::flash_attention_mma_enabled()) {
-      cuda::flash_attention_mma_backward_bf16(dqkv, scratch, dout, qkv16, out, lse, b, t, nh, nkv,
-                                              hd, s());
+      cuda::flash_attention_mma_backward_bf16(dqkv, scratch, dout, qkv16, out, lse, shape.b,
+                                              shape.t, shape.heads, shape.kv_heads, shape.head_dim,
+                                              s());
     } else {
-      cuda::flash_attention_backward_bf16(dqkv, scratch, dout, qkv16, out, lse, b, t, nh, nkv, hd,
-                                          s());
+      cuda::flash_attention_backward_bf16(dqkv, scratch, dout, qkv16, out, lse, shape.b, shape.t,
+                                          shape.heads, shape.kv_heads, shape.head_dim, s());
     }
   }
-  int64_t flash_attention_backward_bf16_scratch(int64_t b, int64_t t, int64_t nh, int64_t nkv,
-                                                int64_t hd) const override {
-    return floats_for(std::max(cuda::flash_attention_backward_workspace(b, t, nh, nkv, hd),
-                               cuda::flash_attention_mma_backward_workspace(b, t, nh, nkv, hd)));
+  int64_t flash_attention_backward_bf16_scratch(const AttentionShape& shape) const override {
+    return floats_for(std::max(cuda::flash_attention_backward_workspace(
+                                   shape.b, shape.t, shape.heads, shape.kv_heads, shape.head_dim),
+                               cuda::flash_attention_mma_backward_workspace(
+                                   shape.b, shape.t, shape.heads, shape.kv_heads, shape.head_dim)));
   }
 
   // ---- loss -----------------------------------------------------------------------------------
