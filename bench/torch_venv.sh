@@ -7,6 +7,7 @@
 #   TORCH_VERSION=2.15.0 bench/torch_venv.sh  # a given version (default: the newest on PyPI)
 #   STRATA_TORCH_PYTHON=/usr/bin/python3      # the interpreter the venv is made from (the default)
 #   REINSTALL=1 bench/torch_venv.sh           # remove the venv first
+#   TORCH_VENV_CHECK=matmul                   # skip the torch.compile check (scripts/hf_venv.sh)
 #
 # How: the Linux x86-64 wheel on PyPI is the CUDA build, and there is no CPU-only torch on PyPI
 # (those wheels live on download.pytorch.org). Its libtorch.so has DT_NEEDED entries for
@@ -32,15 +33,19 @@ VPY="$VENV/bin/python"
 t_start=$SECONDS
 
 check() {
-  # The CPU checks: a matmul, and torch.compile (inductor, C++ codegen) of a small function.
-  "$VPY" - <<'EOF'
+  # The CPU checks: a matmul, and torch.compile (inductor, C++ codegen) of a small function
+  # (~30 s of g++; left out with TORCH_VENV_CHECK=matmul, for a venv nothing compiles in).
+  "$VPY" - "${TORCH_VENV_CHECK:-compile}" <<'EOF'
+import sys
 import torch
 x = torch.randn(2, 2) @ torch.randn(2, 2)
 assert x.shape == (2, 2)
+import numpy  # noqa: F401
+if sys.argv[1] == "matmul":
+    sys.exit(0)
 f = torch.compile(lambda a: torch.nn.functional.gelu(a) * 2 + 1)
 a = torch.randn(64)
 assert torch.allclose(f(a), torch.nn.functional.gelu(a) * 2 + 1, atol=1e-5)
-import numpy  # noqa: F401
 EOF
 }
 
@@ -60,14 +65,17 @@ else
   fi
   echo "-- venv $VENV from $BASE_PY ($("$BASE_PY" --version 2>&1))"
   "$BASE_PY" -m venv "$VENV"
+  # --no-compile: pip would byte-compile every module of the 4.4 GiB (a minute of CPU beside the
+  # build); Python compiles only what is imported, on first import.
   PIP=("$VPY" -m pip --disable-pip-version-check)
+  INSTALL=(install --no-compile)
   VERSION=${TORCH_VERSION:-}
   if [[ -z "$VERSION" ]]; then
     VERSION=$("${PIP[@]}" index versions torch 2>/dev/null | sed -n 's/^torch (\(.*\))$/\1/p' | head -n1)
     [[ -n "$VERSION" ]] || { echo "pip index versions torch found no version" >&2; exit 1; }
   fi
   echo "-- torch==$VERSION from PyPI, without triton"
-  "${PIP[@]}" install --no-deps "torch==$VERSION"
+  "${PIP[@]}" "${INSTALL[@]}" --no-deps "torch==$VERSION"
   # The wheel's own requirements, minus the GPU-only ones.
   mapfile -t DEPS < <("$VPY" - <<'EOF'
 import importlib.metadata as md
@@ -83,7 +91,7 @@ for r in md.requires("torch") or []:
 EOF
 )
   echo "-- torch's requirements but triton: ${DEPS[*]} numpy"
-  "${PIP[@]}" install "${DEPS[@]}" numpy
+  "${PIP[@]}" "${INSTALL[@]}" "${DEPS[@]}" numpy
   echo "(pip's resolver note that torch requires triton is expected: it is left out on purpose)"
 fi
 

@@ -9,11 +9,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${STRATA_TORCH_VENV:-$HOME/.cache/strata/torch-venv}
-STRATA_TORCH_VENV=$VENV TORCH_VERSION=${TORCH_VERSION:-2.15.0} bench/torch_venv.sh
+STRATA_TORCH_VENV=$VENV TORCH_VERSION=${TORCH_VERSION:-2.15.0} TORCH_VENV_CHECK=matmul \
+  bench/torch_venv.sh
 VPY="$VENV/bin/python"
 if ! "$VPY" -c "import transformers, safetensors, sys
 sys.exit(tuple(int(x) for x in transformers.__version__.split('.')[:2]) < (4, 51))" 2>/dev/null; then
-  "$VPY" -m pip install --quiet --disable-pip-version-check "transformers==5.24.0" \
+  "$VPY" -m pip install --quiet --no-compile --disable-pip-version-check "transformers==5.24.0" \
     "safetensors==0.8.0"
 fi
 echo "transformers $("$VPY" -c 'import transformers; print(transformers.__version__)')"
