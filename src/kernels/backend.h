@@ -73,23 +73,22 @@ class Backend {
   virtual std::unique_ptr<CopyQueue> make_copy_queue() = 0;
 
   // ---- GEMM and linear layers -------------------------------------------------------------------
-  virtual void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                    const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
-                    int64_t ldc) = 0;
-  virtual void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                         const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta,
-                         float* c, int64_t ldc) = 0;
-  virtual void linear_forward(float* y, const float* x, const float* w, const float* bias,
-                              int64_t n, int64_t in, int64_t out) = 0;
-  virtual void linear_backward(float* dx, float* dw, float* dbias, const float* dy, const float* x,
-                               const float* w, int64_t n, int64_t in, int64_t out) = 0;
-  virtual void linear_forward_lowp(DType t, float* y, const uint16_t* x, const uint16_t* w,
-                                   const float* bias, int64_t n, int64_t in, int64_t out,
-                                   float* f32_scratch) = 0;
-  virtual void linear_backward_lowp(DType t, float* dx, float* dw, float* dbias, const float* dy,
-                                    uint16_t* dy_lowp, int64_t capacity, const uint16_t* x,
-                                    const uint16_t* w, int64_t n, int64_t in, int64_t out,
-                                    float* f32_scratch) = 0;
+  // The operands' type is an argument, not a twin method: `ab` (gemm's a and b), `t` (a linear
+  // layer's x and w), `qkv_type`, `y_type`, `grad_type` are DType::f32 for float buffers and
+  // bf16 (or f16 where it says so) for uint16_t buffers holding 16-bit values. Results and
+  // gradients are f32 unless said otherwise. A backend throws on a type it does not have.
+  // C[m, n] = alpha * op(A) . op(B) + beta * C, row-major, op = transpose when trans_*: ab f32
+  // or bf16.
+  virtual void gemm(DType ab, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                    float alpha, const void* a, int64_t lda, const void* b, int64_t ldb, float beta,
+                    float* c, int64_t ldc) = 0;
+  // x and w f32, or bf16/f16 (the 16-bit working copies, products accumulated in f32).
+  virtual void linear_forward(DType t, float* y, const void* x, const void* w, const float* bias,
+                              const LinearShape& s, const LowpScratch& scratch) = 0;
+  // dx, dw (accumulated into), dbias (accumulated into) may each be null.
+  virtual void linear_backward(DType t, float* dx, float* dw, float* dbias, const float* dy,
+                               const void* x, const void* w, const LinearShape& s,
+                               const LowpScratch& scratch) = 0;
   virtual void to_lowp(DType t, uint16_t* out, const float* in, int64_t count) = 0;
   virtual void from_lowp(DType t, float* out, const uint16_t* in, int64_t count) = 0;
 
@@ -120,8 +119,7 @@ class Backend {
                                int64_t c, float eps) = 0;
   virtual void rmsnorm_backward(float* dx, float* dw, const float* dy, const float* x,
                                 const float* w, const float* rstd, int64_t n, int64_t c) = 0;
-  virtual void gelu_forward(float* y, const float* x, int64_t count) = 0;
-  virtual void gelu_forward_bf16(uint16_t* y, const float* x, int64_t count) = 0;
+  virtual void gelu_forward(DType y_type, void* y, const float* x, int64_t count) = 0;  // f32, bf16
   virtual void gelu_backward(float* dx, const float* x, const float* dy, int64_t count) = 0;
   virtual void swiglu_forward(float* y, const float* gate_up, int64_t n, int64_t f) = 0;
   virtual void swiglu_backward(float* dgate_up, const float* gate_up, const float* dy, int64_t n,
@@ -142,29 +140,24 @@ class Backend {
   virtual void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
                                   const float* probs, const AttentionShape& s) = 0;
   virtual int64_t attention_backward_scratch(const AttentionShape& s) const = 0;
-  virtual void flash_attention_forward(float* out, float* lse, const float* qkv,
+  // Flash attention over qkv of qkv_type f32 or bf16 (out, lse and the gradients are f32).
+  virtual void flash_attention_forward(DType qkv_type, float* out, float* lse, const void* qkv,
                                        const AttentionShape& s) = 0;
-  virtual void flash_attention_backward(float* dqkv, float* scratch, const float* dout,
-                                        const float* qkv, const float* out, const float* lse,
-                                        const AttentionShape& s) = 0;
-  virtual int64_t flash_attention_backward_scratch(const AttentionShape& s) const = 0;
-  virtual void flash_attention_forward_bf16(float* out, float* lse, const uint16_t* qkv16,
-                                            const AttentionShape& s) = 0;
-  virtual void flash_attention_backward_bf16(float* dqkv, float* scratch, const float* dout,
-                                             const uint16_t* qkv16, const float* out,
-                                             const float* lse, const AttentionShape& s) = 0;
-  virtual int64_t flash_attention_backward_bf16_scratch(const AttentionShape& s) const = 0;
+  virtual void flash_attention_backward(DType qkv_type, float* dqkv, float* scratch,
+                                        const float* dout, const void* qkv, const float* out,
+                                        const float* lse, const AttentionShape& s) = 0;
+  virtual int64_t flash_attention_backward_scratch(DType qkv_type,
+                                                   const AttentionShape& s) const = 0;
 
   // ---- loss ------------------------------------------------------------------------------------
   // Each returns the sum of the valid rows' losses (synchronising with the device).
   virtual double cross_entropy_forward(float* losses, const float* logits, const int32_t* targets,
                                        int64_t n, int64_t v) = 0;
-  virtual double cross_entropy_forward_backward(float* losses, float* logits,
+  // The gradient of the logits overwrites them: f32, or grad_type bf16 (packed at the front of
+  // the same buffer, row-major [n, v] uint16_t: the 16-bit head GEMMs' operand).
+  virtual double cross_entropy_forward_backward(DType grad_type, float* losses, float* logits,
                                                 const int32_t* targets, int64_t n, int64_t v,
                                                 float grad_scale) = 0;
-  virtual double cross_entropy_forward_backward_bf16(float* losses, float* logits,
-                                                     const int32_t* targets, int64_t n, int64_t v,
-                                                     float grad_scale) = 0;
   virtual void vocab_parallel_ce_max(float* row_max, const float* logits, int64_t n,
                                      int64_t v_local) = 0;
   virtual void vocab_parallel_ce_sums(float* sum_exp, float* target_logit, const float* logits,
@@ -186,6 +179,10 @@ class Backend {
                             float grad_scale, int64_t step, uint16_t* p_bf16) = 0;
   virtual double sum_squares(const float* x, int64_t count) = 0;  // synchronises
 };
+
+// Throws, naming the method and the type, unless `ok`: a Backend method given an operand type
+// that it does not have (an f16 flash attention).
+void check_operand_type(bool ok, const char* method, DType t);
 
 // The CPU backend (kernels/cpu), shared by every model that does not name another device.
 Backend& cpu_backend();

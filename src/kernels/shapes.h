@@ -16,4 +16,18 @@ struct AttentionShape {
   int64_t qk_heads() const { return heads + kv_heads; }  // the heads RoPE and head norms touch
 };
 
+// A linear layer y[rows, out] = x[rows, in] . w[out, in]^T (+ bias): PyTorch's nn.Linear layout.
+struct LinearShape {
+  int64_t rows = 0, in = 0, out = 0;
+};
+
+// The buffers a linear layer's 16-bit path works in (unused by the f32 path): dy rounded to 16
+// bits, `dy_capacity` elements (at least `out`: the backward goes through dy in blocks of rows),
+// and an f32 scratch for kernels that widen 16-bit operands (kernels/cpu/lowp.cc).
+struct LowpScratch {
+  uint16_t* dy = nullptr;
+  int64_t dy_capacity = 0;
+  float* f32 = nullptr;
+};
+
 }  // namespace strata

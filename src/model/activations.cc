@@ -116,9 +116,10 @@ int64_t attention_scratch(const ModelConfig& cfg, const Backend* backend, int64_
   const int64_t hd = cfg.head_dim();
   if (backend) {
     const AttentionShape shape{batch, seq_len, nh, nkv, hd};
-    return cfg.flash_attention() ? std::max(backend->flash_attention_backward_scratch(shape),
-                                            backend->flash_attention_backward_bf16_scratch(shape))
-                                 : backend->attention_backward_scratch(shape);
+    return cfg.flash_attention()
+               ? std::max(backend->flash_attention_backward_scratch(DType::f32, shape),
+                          backend->flash_attention_backward_scratch(DType::bf16, shape))
+               : backend->attention_backward_scratch(shape);
   }
   return cfg.flash_attention()
              ? std::max(

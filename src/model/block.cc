@@ -120,9 +120,9 @@ void attention_forward(BlockRun& r, LayerActivations& l, const float* x) {
     if (!bf16_flash(r)) k.from_lowp(prec, l.qkv, l.qkv_lp, count);
   }
   if (bf16_flash(r))
-    k.flash_attention_forward_bf16(l.attn_out, l.lse, l.qkv_lp, r.attention_shape());
+    k.flash_attention_forward(DType::bf16, l.attn_out, l.lse, l.qkv_lp, r.attention_shape());
   else if (r.cfg.flash_attention())
-    k.flash_attention_forward(l.attn_out, l.lse, l.qkv, r.attention_shape());
+    k.flash_attention_forward(DType::f32, l.attn_out, l.lse, l.qkv, r.attention_shape());
   else
     k.attention_forward(l.attn_out, l.probs, l.qkv, r.attention_shape());
   if (r.lowp()) k.to_lowp(prec, l.attn_out_lp, l.attn_out, n * nh * hd);
@@ -141,11 +141,11 @@ void attention_backward(BlockRun& r, LayerActivations& l) {
   r.linear.backward(s.dattn, r.G(r.p.o_w), r.G(r.p.o_b), dy, r.kept(l.attn_out, l.attn_out_lp),
                     r.p.o_w, n, nh * hd, r.c());
   if (bf16_flash(r))
-    k.flash_attention_backward_bf16(s.dqkv, s.attn_scratch, s.dattn, l.qkv_lp, l.attn_out, l.lse,
-                                    r.attention_shape());
+    k.flash_attention_backward(DType::bf16, s.dqkv, s.attn_scratch, s.dattn, l.qkv_lp, l.attn_out,
+                               l.lse, r.attention_shape());
   else if (r.cfg.flash_attention())
-    k.flash_attention_backward(s.dqkv, s.attn_scratch, s.dattn, l.qkv, l.attn_out, l.lse,
-                               r.attention_shape());
+    k.flash_attention_backward(DType::f32, s.dqkv, s.attn_scratch, s.dattn, l.qkv, l.attn_out,
+                               l.lse, r.attention_shape());
   else
     k.attention_backward(s.dqkv, s.attn_scratch, s.dattn, l.qkv, l.probs, r.attention_shape());
 }

@@ -51,9 +51,9 @@ class Gpt2Block final : public Block {
     // bf16 GELU writes the proj GEMM's bf16 input straight away (no f32 activation to round).
     const DType prec = r.linear.precision();
     if (prec == DType::bf16) {
-      r.k.gelu_forward_bf16(l.mlp_act_lp, l.mlp_pre, n * f);
+      r.k.gelu_forward(DType::bf16, l.mlp_act_lp, l.mlp_pre, n * f);
     } else {
-      r.k.gelu_forward(l.mlp_act, l.mlp_pre, n * f);
+      r.k.gelu_forward(DType::f32, l.mlp_act, l.mlp_pre, n * f);
       if (r.lowp()) r.k.to_lowp(prec, l.mlp_act_lp, l.mlp_act, n * f);
     }
     r.linear.row_parallel(l.resid_out, r.kept(l.mlp_act, l.mlp_act_lp), p.proj_w, p.proj_b,

@@ -205,11 +205,11 @@ double Decoder::loss(ActivationStore& a, const int32_t* targets, bool backward, 
   // bf16: the head's backward GEMMs read bf16 dlogits, which the loss writes directly.
   a.dlogits_bf16 = backward && precision_ == DType::bf16 && !tp_.active();
   if (a.dlogits_bf16) {
-    sum = backend_.cross_entropy_forward_backward_bf16(a.losses, a.logits, a.targets, n, v,
-                                                       grad_scale);
+    sum = backend_.cross_entropy_forward_backward(DType::bf16, a.losses, a.logits, a.targets, n, v,
+                                                  grad_scale);
   } else if (!tp_.active()) {
-    sum = backward ? backend_.cross_entropy_forward_backward(a.losses, a.logits, a.targets, n, v,
-                                                             grad_scale)
+    sum = backward ? backend_.cross_entropy_forward_backward(DType::f32, a.losses, a.logits,
+                                                             a.targets, n, v, grad_scale)
                    : backend_.cross_entropy_forward(a.losses, a.logits, a.targets, n, v);
   } else {
     // Vocab-parallel: two all-reduces of per-row statistics instead of gathering the logits.
@@ -258,10 +258,11 @@ void Decoder::head_backward(ActivationStore& a) {
   const LinearInput in = linear_.column_input(a.final_norm, a.final_norm_lp, s.full_b, n, false);
   if (a.dlogits_bf16) {
     const uint16_t* dl = reinterpret_cast<const uint16_t*>(a.logits);
-    backend_.gemm_bf16(false, false, n, c, v, 1.0f, dl, v, linear_.lowp_weight(head), c, 0.0f, dx,
-                       c);
+    backend_.gemm(DType::bf16, false, false, n, c, v, 1.0f, dl, v, linear_.lowp_weight(head), c,
+                  0.0f, dx, c);
     if (!tied_in_place())
-      backend_.gemm_bf16(true, false, v, c, n, 1.0f, dl, v, in.lowp, c, 1.0f, head_grad(), c);
+      backend_.gemm(DType::bf16, true, false, v, c, n, 1.0f, dl, v, in.lowp, c, 1.0f, head_grad(),
+                    c);
   } else {
     linear_.backward(dx, tied_in_place() ? nullptr : head_grad(), nullptr, a.logits, in, head, n, c,
                      v);
@@ -298,11 +299,11 @@ void Decoder::embedding_backward(ActivationStore& a) {
     const int64_t v = shard_.vocab(config_);
     const LinearInput in = linear_.column_input(a.final_norm, a.final_norm_lp, s.full_b, n, false);
     if (!lowp())
-      backend_.gemm(true, false, v, c, n, 1.0f, a.logits, v, in.f32, c, 1.0f,
+      backend_.gemm(DType::f32, true, false, v, c, n, 1.0f, a.logits, v, in.f32, c, 1.0f,
                     params_.grad(index_.embed), c);
-    else if (a.dlogits_bf16)
-      backend_.gemm_bf16(true, false, v, c, n, 1.0f, reinterpret_cast<const uint16_t*>(a.logits), v,
-                         in.lowp, c, 1.0f, params_.grad(index_.embed), c);
+    else if (a.dlogits_bf16)  // the bf16 dlogits packed at the front of a.logits
+      backend_.gemm(DType::bf16, true, false, v, c, n, 1.0f, a.logits, v, in.lowp, c, 1.0f,
+                    params_.grad(index_.embed), c);
     else
       linear_.backward(nullptr, params_.grad(index_.embed), nullptr, a.logits, in, index_.embed, n,
                        c, v);

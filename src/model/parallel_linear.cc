@@ -5,25 +5,25 @@ namespace strata {
 void ParallelLinear::forward(float* y, LinearInput x, int w, int bias, int64_t n, int64_t in,
                              int64_t out) {
   const float* b = bias >= 0 ? params_->param(bias) : nullptr;
-  if (!lowp()) {
-    k_->linear_forward(y, x.f32, params_->param(w), b, n, in, out);
-    return;
-  }
-  k_->linear_forward_lowp(precision_, y, x.lowp, lowp_weight(w), b, n, in, out, s_->lowp_wide);
+  if (!lowp())
+    return k_->linear_forward(DType::f32, y, x.f32, params_->param(w), b, {n, in, out}, {});
+  k_->linear_forward(precision_, y, x.lowp, lowp_weight(w), b, {n, in, out}, scratch());
 }
 
 void ParallelLinear::backward(float* dx, float* dw, float* dbias, const float* dy, LinearInput x,
                               int w, int64_t n, int64_t in, int64_t out) {
   if (!lowp()) {
     if (dw) {
-      k_->linear_backward(dx, dw, dbias, dy, x.f32, params_->param(w), n, in, out);
+      k_->linear_backward(DType::f32, dx, dw, dbias, dy, x.f32, params_->param(w), {n, in, out},
+                          {});
     } else {  // a tied head: dx only here, its weight gradient later
-      k_->gemm(false, false, n, in, out, 1.0f, dy, out, params_->param(w), in, 0.0f, dx, in);
+      k_->gemm(DType::f32, false, false, n, in, out, 1.0f, dy, out, params_->param(w), in, 0.0f, dx,
+               in);
     }
     return;
   }
-  k_->linear_backward_lowp(precision_, dx, dw, dbias, dy, s_->dy_lp, s_->dy_capacity, x.lowp,
-                           lowp_weight(w), n, in, out, s_->lowp_wide);
+  k_->linear_backward(precision_, dx, dw, dbias, dy, x.lowp, lowp_weight(w), {n, in, out},
+                      scratch());
 }
 
 LinearInput ParallelLinear::column_input(const float* x, uint16_t* keep, float* gather32, int64_t n,

@@ -64,6 +64,9 @@ class ParallelLinear {
   const uint16_t* lowp_weight(int idx) { return lowp_weights_->get(idx); }
 
  private:
+  // The 16-bit path's buffers in the gradient scratch.
+  LowpScratch scratch() const { return {s_->dy_lp, s_->dy_capacity, s_->lowp_wide}; }
+
   Backend* k_ = nullptr;
   const TensorParallel* tp_ = nullptr;
   const ModelShard* shard_ = nullptr;

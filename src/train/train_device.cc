@@ -125,9 +125,9 @@ double TrainDevice::measure_peak_flops(DType precision) {
   }
   auto product = [&] {
     if (lowp)
-      be.gemm_bf16(false, true, n, n, n, 1.0f, a16, n, b16, n, 0.0f, a, n);
+      be.gemm(DType::bf16, false, true, n, n, n, 1.0f, a16, n, b16, n, 0.0f, a, n);
     else
-      be.gemm(false, true, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+      be.gemm(DType::f32, false, true, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
   };
   for (int i = 0; i < 3; ++i) product();  // warm-up: plan choice, clocks
   be.synchronize();

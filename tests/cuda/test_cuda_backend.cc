@@ -215,17 +215,19 @@ TEST_F(CudaBackendTest, GemmF32AndBf16MatchTheCpuForEveryTranspose) {
       const Vec b = random_floats((tb ? kN : kK) * ldb, ++seed);
       const Vec c = random_floats(kM * ldc, ++seed);
       float* gc = up(c);
-      gpu().gemm(ta, tb, kM, kN, kK, 0.75f, up(a), lda, up(b), ldb, 0.5f, gc, ldc);
+      gpu().gemm(DType::f32, ta, tb, kM, kN, kK, 0.75f, up(a), lda, up(b), ldb, 0.5f, gc, ldc);
       Vec want = c;
-      cpu().gemm(ta, tb, kM, kN, kK, 0.75f, a.data(), lda, b.data(), ldb, 0.5f, want.data(), ldc);
+      cpu().gemm(DType::f32, ta, tb, kM, kN, kK, 0.75f, a.data(), lda, b.data(), ldb, 0.5f,
+                 want.data(), ldc);
       EXPECT_TRUE(all_close(down(gc, kM * ldc), want, 1e-5));
 
       const U16 a16 = cuda::test::to_bf16(a), b16 = cuda::test::to_bf16(b);
       float* gc16 = up(c);
-      gpu().gemm_bf16(ta, tb, kM, kN, kK, 1.0f, up(a16), lda, up(b16), ldb, 1.0f, gc16, ldc);
+      gpu().gemm(DType::bf16, ta, tb, kM, kN, kK, 1.0f, up(a16), lda, up(b16), ldb, 1.0f, gc16,
+                 ldc);
       Vec want16 = c;
-      cpu().gemm_bf16(ta, tb, kM, kN, kK, 1.0f, a16.data(), lda, b16.data(), ldb, 1.0f,
-                      want16.data(), ldc);
+      cpu().gemm(DType::bf16, ta, tb, kM, kN, kK, 1.0f, a16.data(), lda, b16.data(), ldb, 1.0f,
+                 want16.data(), ldc);
       EXPECT_TRUE(all_close(down(gc16, kM * ldc), want16, 1e-2));
     }
   }
@@ -233,10 +235,10 @@ TEST_F(CudaBackendTest, GemmF32AndBf16MatchTheCpuForEveryTranspose) {
   for (float beta : {0.5f, 0.0f}) {
     const Vec c = random_floats(kM * kN, 3);
     float* gc = up(c);
-    gpu().gemm(false, false, kM, kN, 0, 1.0f, gc, kN, gc, kN, beta, gc, kN);
+    gpu().gemm(DType::f32, false, false, kM, kN, 0, 1.0f, gc, kN, gc, kN, beta, gc, kN);
     Vec want = c;
-    cpu().gemm(false, false, kM, kN, 0, 1.0f, want.data(), kN, want.data(), kN, beta, want.data(),
-               kN);
+    cpu().gemm(DType::f32, false, false, kM, kN, 0, 1.0f, want.data(), kN, want.data(), kN, beta,
+               want.data(), kN);
     EXPECT_TRUE(bitwise_equal(down(gc, kM * kN), want)) << "beta " << beta;
   }
 }
@@ -250,23 +252,27 @@ TEST_F(CudaBackendTest, LinearF32MatchesTheCpu) {
   for (bool with_bias : {true, false}) {
     SCOPED_TRACE(::testing::Message() << "bias " << with_bias);
     float* gy = zeros(n * out);
-    gpu().linear_forward(gy, up(x), up(w), with_bias ? up(bias) : nullptr, n, in, out);
+    gpu().linear_forward(DType::f32, gy, up(x), up(w), with_bias ? up(bias) : nullptr, {n, in, out},
+                         {});
     Vec y(n * out);
-    cpu().linear_forward(y.data(), x.data(), w.data(), with_bias ? bias.data() : nullptr, n, in,
-                         out);
+    cpu().linear_forward(DType::f32, y.data(), x.data(), w.data(),
+                         with_bias ? bias.data() : nullptr, {n, in, out}, {});
     EXPECT_TRUE(all_close(down(gy, n * out), y, 1e-5));
 
     // dw and dbias accumulate onto what is there; dx is overwritten (or skipped when null).
     float *gdx = up(random_floats(n * in, 27)), *gdw = up(dw0), *gdb = up(db0);
-    gpu().linear_backward(gdx, gdw, with_bias ? gdb : nullptr, up(dy), up(x), up(w), n, in, out);
+    gpu().linear_backward(DType::f32, gdx, gdw, with_bias ? gdb : nullptr, up(dy), up(x), up(w),
+                          {n, in, out}, {});
     Vec dx(n * in), dw = dw0, db = db0;
-    cpu().linear_backward(dx.data(), dw.data(), with_bias ? db.data() : nullptr, dy.data(),
-                          x.data(), w.data(), n, in, out);
+    cpu().linear_backward(DType::f32, dx.data(), dw.data(), with_bias ? db.data() : nullptr,
+                          dy.data(), x.data(), w.data(), {n, in, out}, {});
     EXPECT_TRUE(all_close(down(gdx, n * in), dx, 1e-5));
     EXPECT_TRUE(all_close(down(gdw, out * in), dw, 1e-5));
     EXPECT_TRUE(all_close(down(gdb, out), db, 1e-5));
-    gpu().linear_backward(nullptr, gdw, nullptr, up(dy), up(x), up(w), n, in, out);
-    cpu().linear_backward(nullptr, dw.data(), nullptr, dy.data(), x.data(), w.data(), n, in, out);
+    gpu().linear_backward(DType::f32, nullptr, gdw, nullptr, up(dy), up(x), up(w), {n, in, out},
+                          {});
+    cpu().linear_backward(DType::f32, nullptr, dw.data(), nullptr, dy.data(), x.data(), w.data(),
+                          {n, in, out}, {});
     EXPECT_TRUE(all_close(down(gdw, out * in), dw, 1e-5));
   }
 }
@@ -291,20 +297,20 @@ TEST_F(CudaBackendTest, LinearLowpMatchesTheCpuInBf16AndF16) {
     Vec scratch(static_cast<size_t>(kernels::lowp_f32_scratch(n, in, out, capacity)));
 
     float* gy = zeros(n * out);
-    gpu().linear_forward_lowp(t, gy, up(x), up(w), up(bias), n, in, out, nullptr);
+    gpu().linear_forward(t, gy, up(x), up(w), up(bias), {n, in, out}, {});
     Vec y(n * out);
-    cpu().linear_forward_lowp(t, y.data(), x.data(), w.data(), bias.data(), n, in, out,
-                              scratch.data());
+    cpu().linear_forward(t, y.data(), x.data(), w.data(), bias.data(), {n, in, out},
+                         {nullptr, 0, scratch.data()});
     EXPECT_TRUE(all_close(down(gy, n * out), y, 1e-2));
 
     float *gdx = zeros(n * in), *gdw = up(dw0), *gdb = up(db0);
     uint16_t* gdy_lowp = zeros<uint16_t>(capacity);
-    gpu().linear_backward_lowp(t, gdx, gdw, gdb, up(dy), gdy_lowp, capacity, up(x), up(w), n, in,
-                               out, nullptr);
+    gpu().linear_backward(t, gdx, gdw, gdb, up(dy), up(x), up(w), {n, in, out},
+                          {gdy_lowp, capacity, nullptr});
     Vec dx(n * in), dw = dw0, db = db0;
     U16 dy_lowp(capacity);
-    cpu().linear_backward_lowp(t, dx.data(), dw.data(), db.data(), dy.data(), dy_lowp.data(),
-                               capacity, x.data(), w.data(), n, in, out, scratch.data());
+    cpu().linear_backward(t, dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(),
+                          {n, in, out}, {dy_lowp.data(), capacity, scratch.data()});
     EXPECT_TRUE(all_close(down(gdx, n * in), dx, 1e-2));
     EXPECT_TRUE(all_close(down(gdw, out * in), dw, 1e-2));
     EXPECT_TRUE(all_close(down(gdb, out), db, 1e-5));  // from the f32 dy on both
@@ -446,14 +452,14 @@ TEST_F(CudaBackendTest, ActivationsAndRopeMatchTheCpu) {
   constexpr int64_t count = 4099;
   const Vec x = random_floats(count, 81, -6.0f, 6.0f), dy = random_floats(count, 82);
   float* gy = zeros(count);
-  gpu().gelu_forward(gy, up(x), count);
+  gpu().gelu_forward(DType::f32, gy, up(x), count);
   Vec y(count);
-  cpu().gelu_forward(y.data(), x.data(), count);
+  cpu().gelu_forward(DType::f32, y.data(), x.data(), count);
   EXPECT_TRUE(all_close(down(gy, count), y, 1e-5));
   uint16_t* gy16 = zeros<uint16_t>(count);
-  gpu().gelu_forward_bf16(gy16, up(x), count);
+  gpu().gelu_forward(DType::bf16, gy16, up(x), count);
   U16 y16(count);
-  cpu().gelu_forward_bf16(y16.data(), x.data(), count);
+  cpu().gelu_forward(DType::bf16, y16.data(), x.data(), count);
   // The f32 values may differ in their last bits, so the bf16 ones by one step (2^-8 relative).
   EXPECT_TRUE(all_close(widen_bf16(down(gy16, count)), widen_bf16(y16), 1e-2));
   float* gdx = zeros(count);
@@ -523,26 +529,25 @@ TEST_F(CudaBackendTest, FlashAttentionMatchesTheCpuInF32AndBf16) {
     SCOPED_TRACE(bf16 ? "bf16" : "f32");
     float *gout = zeros(nout), *glse = zeros(nlse), *gdqkv = zeros(nqkv);
     Vec out(nout), lse(nlse), dqkv(nqkv);
-    const int64_t gscratch = bf16 ? gpu().flash_attention_backward_bf16_scratch({b, t, nh, nkv, hd})
-                                  : gpu().flash_attention_backward_scratch({b, t, nh, nkv, hd});
-    const int64_t cscratch = bf16 ? cpu().flash_attention_backward_bf16_scratch({b, t, nh, nkv, hd})
-                                  : cpu().flash_attention_backward_scratch({b, t, nh, nkv, hd});
+    const DType qt = bf16 ? DType::bf16 : DType::f32;
+    const int64_t gscratch = gpu().flash_attention_backward_scratch(qt, {b, t, nh, nkv, hd});
+    const int64_t cscratch = cpu().flash_attention_backward_scratch(qt, {b, t, nh, nkv, hd});
     EXPECT_GE(gscratch, b * nh * t);  // the kernels' D = rowsum(dO o O), one float per row
     float* gs = zeros(gscratch);
     Vec scratch(static_cast<size_t>(cscratch));
     if (bf16) {
       uint16_t* gq = up(qkv16);
-      gpu().flash_attention_forward_bf16(gout, glse, gq, {b, t, nh, nkv, hd});
-      gpu().flash_attention_backward_bf16(gdqkv, gs, up(dout), gq, gout, glse, {b, t, nh, nkv, hd});
-      cpu().flash_attention_forward_bf16(out.data(), lse.data(), qkv16.data(), {b, t, nh, nkv, hd});
-      cpu().flash_attention_backward_bf16(dqkv.data(), scratch.data(), dout.data(), qkv16.data(),
-                                          out.data(), lse.data(), {b, t, nh, nkv, hd});
+      gpu().flash_attention_forward(qt, gout, glse, gq, {b, t, nh, nkv, hd});
+      gpu().flash_attention_backward(qt, gdqkv, gs, up(dout), gq, gout, glse, {b, t, nh, nkv, hd});
+      cpu().flash_attention_forward(qt, out.data(), lse.data(), qkv16.data(), {b, t, nh, nkv, hd});
+      cpu().flash_attention_backward(qt, dqkv.data(), scratch.data(), dout.data(), qkv16.data(),
+                                     out.data(), lse.data(), {b, t, nh, nkv, hd});
     } else {
       float* gq = up(qkv);
-      gpu().flash_attention_forward(gout, glse, gq, {b, t, nh, nkv, hd});
-      gpu().flash_attention_backward(gdqkv, gs, up(dout), gq, gout, glse, {b, t, nh, nkv, hd});
-      cpu().flash_attention_forward(out.data(), lse.data(), qkv.data(), {b, t, nh, nkv, hd});
-      cpu().flash_attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(),
+      gpu().flash_attention_forward(qt, gout, glse, gq, {b, t, nh, nkv, hd});
+      gpu().flash_attention_backward(qt, gdqkv, gs, up(dout), gq, gout, glse, {b, t, nh, nkv, hd});
+      cpu().flash_attention_forward(qt, out.data(), lse.data(), qkv.data(), {b, t, nh, nkv, hd});
+      cpu().flash_attention_backward(qt, dqkv.data(), scratch.data(), dout.data(), qkv.data(),
                                      out.data(), lse.data(), {b, t, nh, nkv, hd});
     }
     // test_flash_attention.cc's tolerances: bf16 values a hair from a rounding boundary may round
@@ -585,10 +590,10 @@ TEST_F(CudaBackendTest, CrossEntropyMatchesTheCpuWithF32AndBf16Gradients) {
 
     float* glog = up(logits);
     const double gtotal_fb =
-        gpu().cross_entropy_forward_backward(glosses, glog, gt, n, v, grad_scale);
+        gpu().cross_entropy_forward_backward(DType::f32, glosses, glog, gt, n, v, grad_scale);
     Vec grads = logits;
-    const double total_fb = cpu().cross_entropy_forward_backward(losses.data(), grads.data(),
-                                                                 targets.data(), n, v, grad_scale);
+    const double total_fb = cpu().cross_entropy_forward_backward(
+        DType::f32, losses.data(), grads.data(), targets.data(), n, v, grad_scale);
     EXPECT_TRUE(all_close(down(glosses, n), losses, 1e-5));
     EXPECT_NEAR(gtotal_fb, total_fb, 1e-5 * std::abs(total_fb));
     EXPECT_TRUE(rel_close(down(glog, n * v), grads, 1e-5, 1e-12));
@@ -596,10 +601,10 @@ TEST_F(CudaBackendTest, CrossEntropyMatchesTheCpuWithF32AndBf16Gradients) {
     // bf16 gradient over the logits' own storage: compare the uint16_t views' first n * v.
     float* glog16 = up(logits);
     const double gtotal16 =
-        gpu().cross_entropy_forward_backward_bf16(glosses, glog16, gt, n, v, grad_scale);
+        gpu().cross_entropy_forward_backward(DType::bf16, glosses, glog16, gt, n, v, grad_scale);
     Vec store = logits;
-    const double total16 = cpu().cross_entropy_forward_backward_bf16(
-        losses.data(), store.data(), targets.data(), n, v, grad_scale);
+    const double total16 = cpu().cross_entropy_forward_backward(
+        DType::bf16, losses.data(), store.data(), targets.data(), n, v, grad_scale);
     EXPECT_TRUE(all_close(down(glosses, n), losses, 1e-5));
     EXPECT_NEAR(gtotal16, total16, 1e-5 * std::abs(total16));
     const Vec got_store = down(glog16, n * v);

@@ -43,41 +43,21 @@ class ForwardingBackend : public Backend {
   std::unique_ptr<CopyQueue> make_copy_queue() override { return inner_.make_copy_queue(); }
   bool supports_naive_attention() const override { return inner_.supports_naive_attention(); }
 
-  void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-            const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+  void gemm(DType ab, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+            const void* a, int64_t lda, const void* b, int64_t ldb, float beta, float* c,
             int64_t ldc) override {
     const Call call(*this);
-    inner_.gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    inner_.gemm(ab, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   }
-  void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                 const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta,
-                 float* c, int64_t ldc) override {
+  void linear_forward(DType t, float* y, const void* x, const void* w, const float* bias,
+                      const LinearShape& s, const LowpScratch& scratch) override {
     const Call call(*this);
-    inner_.gemm_bf16(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    inner_.linear_forward(t, y, x, w, bias, s, scratch);
   }
-  void linear_forward(float* y, const float* x, const float* w, const float* bias, int64_t n,
-                      int64_t in, int64_t out) override {
+  void linear_backward(DType t, float* dx, float* dw, float* dbias, const float* dy, const void* x,
+                       const void* w, const LinearShape& s, const LowpScratch& scratch) override {
     const Call call(*this);
-    inner_.linear_forward(y, x, w, bias, n, in, out);
-  }
-  void linear_backward(float* dx, float* dw, float* dbias, const float* dy, const float* x,
-                       const float* w, int64_t n, int64_t in, int64_t out) override {
-    const Call call(*this);
-    inner_.linear_backward(dx, dw, dbias, dy, x, w, n, in, out);
-  }
-  void linear_forward_lowp(DType t, float* y, const uint16_t* x, const uint16_t* w,
-                           const float* bias, int64_t n, int64_t in, int64_t out,
-                           float* f32_scratch) override {
-    const Call call(*this);
-    inner_.linear_forward_lowp(t, y, x, w, bias, n, in, out, f32_scratch);
-  }
-  void linear_backward_lowp(DType t, float* dx, float* dw, float* dbias, const float* dy,
-                            uint16_t* dy_lowp, int64_t capacity, const uint16_t* x,
-                            const uint16_t* w, int64_t n, int64_t in, int64_t out,
-                            float* f32_scratch) override {
-    const Call call(*this);
-    inner_.linear_backward_lowp(t, dx, dw, dbias, dy, dy_lowp, capacity, x, w, n, in, out,
-                                f32_scratch);
+    inner_.linear_backward(t, dx, dw, dbias, dy, x, w, s, scratch);
   }
   void to_lowp(DType t, uint16_t* out, const float* in, int64_t count) override {
     const Call call(*this);
@@ -140,13 +120,9 @@ class ForwardingBackend : public Backend {
     const Call call(*this);
     inner_.rmsnorm_backward(dx, dw, dy, x, w, rstd, n, c);
   }
-  void gelu_forward(float* y, const float* x, int64_t count) override {
+  void gelu_forward(DType y_type, void* y, const float* x, int64_t count) override {
     const Call call(*this);
-    inner_.gelu_forward(y, x, count);
-  }
-  void gelu_forward_bf16(uint16_t* y, const float* x, int64_t count) override {
-    const Call call(*this);
-    inner_.gelu_forward_bf16(y, x, count);
+    inner_.gelu_forward(y_type, y, x, count);
   }
   void gelu_backward(float* dx, const float* x, const float* dy, int64_t count) override {
     const Call call(*this);
@@ -193,48 +169,31 @@ class ForwardingBackend : public Backend {
   int64_t attention_backward_scratch(const AttentionShape& s) const override {
     return inner_.attention_backward_scratch(s);
   }
-  void flash_attention_forward(float* out, float* lse, const float* qkv,
+  void flash_attention_forward(DType qkv_type, float* out, float* lse, const void* qkv,
                                const AttentionShape& s) override {
     const Call call(*this);
-    inner_.flash_attention_forward(out, lse, qkv, s);
+    inner_.flash_attention_forward(qkv_type, out, lse, qkv, s);
   }
-  void flash_attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                                const float* out, const float* lse,
+  void flash_attention_backward(DType qkv_type, float* dqkv, float* scratch, const float* dout,
+                                const void* qkv, const float* out, const float* lse,
                                 const AttentionShape& s) override {
     const Call call(*this);
-    inner_.flash_attention_backward(dqkv, scratch, dout, qkv, out, lse, s);
+    inner_.flash_attention_backward(qkv_type, dqkv, scratch, dout, qkv, out, lse, s);
   }
-  int64_t flash_attention_backward_scratch(const AttentionShape& s) const override {
-    return inner_.flash_attention_backward_scratch(s);
-  }
-  void flash_attention_forward_bf16(float* out, float* lse, const uint16_t* qkv16,
-                                    const AttentionShape& s) override {
-    const Call call(*this);
-    inner_.flash_attention_forward_bf16(out, lse, qkv16, s);
-  }
-  void flash_attention_backward_bf16(float* dqkv, float* scratch, const float* dout,
-                                     const uint16_t* qkv16, const float* out, const float* lse,
-                                     const AttentionShape& s) override {
-    const Call call(*this);
-    inner_.flash_attention_backward_bf16(dqkv, scratch, dout, qkv16, out, lse, s);
-  }
-  int64_t flash_attention_backward_bf16_scratch(const AttentionShape& s) const override {
-    return inner_.flash_attention_backward_bf16_scratch(s);
+  int64_t flash_attention_backward_scratch(DType qkv_type, const AttentionShape& s) const override {
+    return inner_.flash_attention_backward_scratch(qkv_type, s);
   }
   double cross_entropy_forward(float* losses, const float* logits, const int32_t* targets,
                                int64_t n, int64_t v) override {
     const Call call(*this);
     return inner_.cross_entropy_forward(losses, logits, targets, n, v);
   }
-  double cross_entropy_forward_backward(float* losses, float* logits, const int32_t* targets,
-                                        int64_t n, int64_t v, float grad_scale) override {
+  double cross_entropy_forward_backward(DType grad_type, float* losses, float* logits,
+                                        const int32_t* targets, int64_t n, int64_t v,
+                                        float grad_scale) override {
     const Call call(*this);
-    return inner_.cross_entropy_forward_backward(losses, logits, targets, n, v, grad_scale);
-  }
-  double cross_entropy_forward_backward_bf16(float* losses, float* logits, const int32_t* targets,
-                                             int64_t n, int64_t v, float grad_scale) override {
-    const Call call(*this);
-    return inner_.cross_entropy_forward_backward_bf16(losses, logits, targets, n, v, grad_scale);
+    return inner_.cross_entropy_forward_backward(grad_type, losses, logits, targets, n, v,
+                                                 grad_scale);
   }
   void vocab_parallel_ce_max(float* row_max, const float* logits, int64_t n,
                              int64_t v_local) override {

@@ -148,6 +148,30 @@ TEST(Backend, NaiveAttentionNeedsABackendThatHasIt) {
   EXPECT_EQ(construction_error(tiny_model(ModelFamily::gpt2, "flash", true), backend, arena), "");
 }
 
+// The operands' type is an argument of one method, not a twin: bf16 operands (1.5 and 2, exact
+// in bf16) go through the 16-bit GEMM (read as f32 they would be denormals, and C about 0), and
+// a type the method does not have is an error that names both.
+TEST(Backend, OperandTypeIsAnArgument) {
+  Backend& cpu = cpu_backend();
+  const uint16_t a16[2] = {0x3fc0, 0}, b16[2] = {0x4000, 0};
+  float c = 0;
+  cpu.gemm(DType::bf16, false, false, 1, 1, 1, 1.0f, a16, 1, b16, 1, 0.0f, &c, 1);
+  EXPECT_EQ(c, 3.0f);
+  const float a = 1.5f, b = 2.0f;
+  c = 0;
+  cpu.gemm(DType::f32, false, false, 1, 1, 1, 1.0f, &a, 1, &b, 1, 0.0f, &c, 1);
+  EXPECT_EQ(c, 3.0f);
+  try {
+    float out[8], lse[2];
+    const uint16_t qkv[24] = {};
+    cpu.flash_attention_forward(DType::f16, out, lse, qkv, AttentionShape{1, 1, 1, 1, 8});
+    ADD_FAILURE() << "f16 flash attention did not throw";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("flash_attention_forward"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("f16"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Backend, ArenaMustTakeTheBackendsMemory) {
   GuardedBackend backend;
   Arena host;

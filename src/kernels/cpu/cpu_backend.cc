@@ -23,6 +23,11 @@ void* aligned_host_alloc(size_t bytes) {
   return ptr;
 }
 
+void check_operand_type(bool ok, const char* method, DType t) {
+  STRATA_CHECK(ok, "Backend::", method, ": operands of type ", dtype_name(t),
+               " are not supported (f32 and bf16 are)");
+}
+
 namespace {
 
 // Every copy has finished when download / upload return, so waiting is a no-op; tickets still
@@ -67,34 +72,32 @@ class CpuBackend final : public Backend {
   }
   bool supports_naive_attention() const override { return true; }
 
-  void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-            const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+  void gemm(DType ab, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+            const void* a, int64_t lda, const void* b, int64_t ldb, float beta, float* c,
             int64_t ldc) override {
-    k::gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    if (ab == DType::f32)
+      return k::gemm(trans_a, trans_b, m, n, k, alpha, static_cast<const float*>(a), lda,
+                     static_cast<const float*>(b), ldb, beta, c, ldc);
+    check_operand_type(ab == DType::bf16, "gemm", ab);
+    k::gemm_bf16(trans_a, trans_b, m, n, k, alpha, static_cast<const uint16_t*>(a), lda,
+                 static_cast<const uint16_t*>(b), ldb, beta, c, ldc);
   }
-  void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                 const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta,
-                 float* c, int64_t ldc) override {
-    k::gemm_bf16(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  void linear_forward(DType t, float* y, const void* x, const void* w, const float* bias,
+                      const LinearShape& s, const LowpScratch& scratch) override {
+    if (t == DType::f32)
+      return k::linear_forward(y, static_cast<const float*>(x), static_cast<const float*>(w), bias,
+                               s.rows, s.in, s.out);
+    k::linear_forward_lowp(t, y, static_cast<const uint16_t*>(x), static_cast<const uint16_t*>(w),
+                           bias, s.rows, s.in, s.out, scratch.f32);
   }
-  void linear_forward(float* y, const float* x, const float* w, const float* bias, int64_t n,
-                      int64_t in, int64_t out) override {
-    k::linear_forward(y, x, w, bias, n, in, out);
-  }
-  void linear_backward(float* dx, float* dw, float* dbias, const float* dy, const float* x,
-                       const float* w, int64_t n, int64_t in, int64_t out) override {
-    k::linear_backward(dx, dw, dbias, dy, x, w, n, in, out);
-  }
-  void linear_forward_lowp(DType t, float* y, const uint16_t* x, const uint16_t* w,
-                           const float* bias, int64_t n, int64_t in, int64_t out,
-                           float* f32_scratch) override {
-    k::linear_forward_lowp(t, y, x, w, bias, n, in, out, f32_scratch);
-  }
-  void linear_backward_lowp(DType t, float* dx, float* dw, float* dbias, const float* dy,
-                            uint16_t* dy_lowp, int64_t capacity, const uint16_t* x,
-                            const uint16_t* w, int64_t n, int64_t in, int64_t out,
-                            float* f32_scratch) override {
-    k::linear_backward_lowp(t, dx, dw, dbias, dy, dy_lowp, capacity, x, w, n, in, out, f32_scratch);
+  void linear_backward(DType t, float* dx, float* dw, float* dbias, const float* dy, const void* x,
+                       const void* w, const LinearShape& s, const LowpScratch& scratch) override {
+    if (t == DType::f32)
+      return k::linear_backward(dx, dw, dbias, dy, static_cast<const float*>(x),
+                                static_cast<const float*>(w), s.rows, s.in, s.out);
+    k::linear_backward_lowp(t, dx, dw, dbias, dy, scratch.dy, scratch.dy_capacity,
+                            static_cast<const uint16_t*>(x), static_cast<const uint16_t*>(w),
+                            s.rows, s.in, s.out, scratch.f32);
   }
   void to_lowp(DType t, uint16_t* out, const float* in, int64_t count) override {
     k::to_lowp(t, out, in, count);
@@ -145,11 +148,10 @@ class CpuBackend final : public Backend {
                         const float* rstd, int64_t n, int64_t c) override {
     k::rmsnorm_backward(dx, dw, dy, x, w, rstd, n, c);
   }
-  void gelu_forward(float* y, const float* x, int64_t count) override {
-    k::gelu_forward(y, x, count);
-  }
-  void gelu_forward_bf16(uint16_t* y, const float* x, int64_t count) override {
-    k::gelu_forward_bf16(y, x, count);
+  void gelu_forward(DType y_type, void* y, const float* x, int64_t count) override {
+    if (y_type == DType::f32) return k::gelu_forward(static_cast<float*>(y), x, count);
+    check_operand_type(y_type == DType::bf16, "gelu_forward", y_type);
+    k::gelu_forward_bf16(static_cast<uint16_t*>(y), x, count);
   }
   void gelu_backward(float* dx, const float* x, const float* dy, int64_t count) override {
     k::gelu_backward(dx, x, dy, count);
@@ -188,42 +190,41 @@ class CpuBackend final : public Backend {
   int64_t attention_backward_scratch(const AttentionShape& s) const override {
     return k::attention_backward_scratch(s.b, s.t, s.heads, s.kv_heads, s.head_dim);
   }
-  void flash_attention_forward(float* out, float* lse, const float* qkv,
+  void flash_attention_forward(DType qkv_type, float* out, float* lse, const void* qkv,
                                const AttentionShape& s) override {
-    k::flash_attention_forward(out, lse, qkv, s.b, s.t, s.heads, s.kv_heads, s.head_dim);
+    if (qkv_type == DType::f32)
+      return k::flash_attention_forward(out, lse, static_cast<const float*>(qkv), s.b, s.t, s.heads,
+                                        s.kv_heads, s.head_dim);
+    check_operand_type(qkv_type == DType::bf16, "flash_attention_forward", qkv_type);
+    k::flash_attention_forward_bf16(out, lse, static_cast<const uint16_t*>(qkv), s.b, s.t, s.heads,
+                                    s.kv_heads, s.head_dim);
   }
-  void flash_attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                                const float* out, const float* lse,
+  void flash_attention_backward(DType qkv_type, float* dqkv, float* scratch, const float* dout,
+                                const void* qkv, const float* out, const float* lse,
                                 const AttentionShape& s) override {
-    k::flash_attention_backward(dqkv, scratch, dout, qkv, out, lse, s.b, s.t, s.heads, s.kv_heads,
-                                s.head_dim);
+    if (qkv_type == DType::f32)
+      return k::flash_attention_backward(dqkv, scratch, dout, static_cast<const float*>(qkv), out,
+                                         lse, s.b, s.t, s.heads, s.kv_heads, s.head_dim);
+    check_operand_type(qkv_type == DType::bf16, "flash_attention_backward", qkv_type);
+    k::flash_attention_backward_bf16(dqkv, scratch, dout, static_cast<const uint16_t*>(qkv), out,
+                                     lse, s.b, s.t, s.heads, s.kv_heads, s.head_dim);
   }
-  int64_t flash_attention_backward_scratch(const AttentionShape& s) const override {
-    return k::flash_attention_backward_scratch(s.b, s.t, s.heads, s.kv_heads, s.head_dim);
-  }
-  void flash_attention_forward_bf16(float* out, float* lse, const uint16_t* qkv16,
-                                    const AttentionShape& s) override {
-    k::flash_attention_forward_bf16(out, lse, qkv16, s.b, s.t, s.heads, s.kv_heads, s.head_dim);
-  }
-  void flash_attention_backward_bf16(float* dqkv, float* scratch, const float* dout,
-                                     const uint16_t* qkv16, const float* out, const float* lse,
-                                     const AttentionShape& s) override {
-    k::flash_attention_backward_bf16(dqkv, scratch, dout, qkv16, out, lse, s.b, s.t, s.heads,
-                                     s.kv_heads, s.head_dim);
-  }
-  int64_t flash_attention_backward_bf16_scratch(const AttentionShape& s) const override {
+  int64_t flash_attention_backward_scratch(DType qkv_type, const AttentionShape& s) const override {
+    if (qkv_type == DType::f32)
+      return k::flash_attention_backward_scratch(s.b, s.t, s.heads, s.kv_heads, s.head_dim);
+    check_operand_type(qkv_type == DType::bf16, "flash_attention_backward_scratch", qkv_type);
     return k::flash_attention_backward_bf16_scratch(s.b, s.t, s.heads, s.kv_heads, s.head_dim);
   }
   double cross_entropy_forward(float* losses, const float* logits, const int32_t* targets,
                                int64_t n, int64_t v) override {
     return k::cross_entropy_forward(losses, logits, targets, n, v);
   }
-  double cross_entropy_forward_backward(float* losses, float* logits, const int32_t* targets,
-                                        int64_t n, int64_t v, float grad_scale) override {
-    return k::cross_entropy_forward_backward(losses, logits, targets, n, v, grad_scale);
-  }
-  double cross_entropy_forward_backward_bf16(float* losses, float* logits, const int32_t* targets,
-                                             int64_t n, int64_t v, float grad_scale) override {
+  double cross_entropy_forward_backward(DType grad_type, float* losses, float* logits,
+                                        const int32_t* targets, int64_t n, int64_t v,
+                                        float grad_scale) override {
+    if (grad_type == DType::f32)
+      return k::cross_entropy_forward_backward(losses, logits, targets, n, v, grad_scale);
+    check_operand_type(grad_type == DType::bf16, "cross_entropy_forward_backward", grad_type);
     return k::cross_entropy_forward_backward_bf16(losses, logits, targets, n, v, grad_scale);
   }
   void vocab_parallel_ce_max(float* row_max, const float* logits, int64_t n,

@@ -236,63 +236,63 @@ class CudaBackendImpl final : public CudaBackend {
   void synchronize() override { stream_.synchronize(); }
 
   // ---- GEMM and linear layers -----------------------------------------------------------------
-  void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-            const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+  void gemm(DType ab, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+            const void* a, int64_t lda, const void* b, int64_t ldb, float beta, float* c,
             int64_t ldc) override {
+    check_operand_type(ab == DType::f32 || ab == DType::bf16, "gemm", ab);
     if (m == 0 || n == 0) return;
     if (k == 0) return cuda::scale_matrix(c, ldc, m, n, beta, s());
-    lt_.gemm_f32(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, s());
-  }
-  void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                 const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta,
-                 float* c, int64_t ldc) override {
-    if (m == 0 || n == 0) return;
-    if (k == 0) return cuda::scale_matrix(c, ldc, m, n, beta, s());
-    lt_.gemm_bf16(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, s());
-  }
-  void linear_forward(float* y, const float* x, const float* w, const float* bias, int64_t n,
-                      int64_t in, int64_t out) override {
-    if (n == 0) return;
-    cuda::linear_forward(lt_, y, x, w, bias, n, in, out, s());
-  }
-  void linear_backward(float* dx, float* dw, float* dbias, const float* dy, const float* x,
-                       const float* w, int64_t n, int64_t in, int64_t out) override {
-    if (n == 0) return;  // no rows: nothing to overwrite, nothing to accumulate
-    cuda::linear_backward(lt_, dx, dw, dbias, dy, x, w, n, in, out, s());
+    if (ab == DType::f32)
+      return lt_.gemm_f32(trans_a, trans_b, m, n, k, alpha, static_cast<const float*>(a), lda,
+                          static_cast<const float*>(b), ldb, beta, c, ldc, s());
+    lt_.gemm_bf16(trans_a, trans_b, m, n, k, alpha, static_cast<const uint16_t*>(a), lda,
+                  static_cast<const uint16_t*>(b), ldb, beta, c, ldc, s());
   }
   // bf16: one GEMM with the bias in its epilogue. f16: the GEMM, then the bias added (the same
-  // single rounding of acc + bias as the CPU's beta = 1 GEMM over bias rows). f32_scratch is not
+  // single rounding of acc + bias as the CPU's beta = 1 GEMM over bias rows). scratch.f32 is not
   // used: the GPU multiplies f16 directly.
-  void linear_forward_lowp(DType t, float* y, const uint16_t* x, const uint16_t* w,
-                           const float* bias, int64_t n, int64_t in, int64_t out,
-                           float* /*f32_scratch*/) override {
-    check_lowp(t, "linear_forward_lowp");
-    if (n == 0) return;
-    if (t == DType::bf16) return cuda::linear_forward_bf16(lt_, y, x, w, bias, n, in, out, s());
-    lowp_gemm(t, false, true, n, out, in, x, in, w, in, 0.0f, y, out);
-    if (bias) cuda::add_bias(y, bias, n, out, s());
+  void linear_forward(DType t, float* y, const void* x, const void* w, const float* bias,
+                      const LinearShape& sh, const LowpScratch& /*scratch*/) override {
+    if (t != DType::f32) check_lowp(t, "linear_forward");
+    if (sh.rows == 0) return;
+    if (t == DType::f32)
+      return cuda::linear_forward(lt_, y, static_cast<const float*>(x),
+                                  static_cast<const float*>(w), bias, sh.rows, sh.in, sh.out, s());
+    const auto* x16 = static_cast<const uint16_t*>(x);
+    const auto* w16 = static_cast<const uint16_t*>(w);
+    if (t == DType::bf16)
+      return cuda::linear_forward_bf16(lt_, y, x16, w16, bias, sh.rows, sh.in, sh.out, s());
+    lowp_gemm(t, false, true, sh.rows, sh.out, sh.in, x16, sh.in, w16, sh.in, 0.0f, y, sh.out);
+    if (bias) cuda::add_bias(y, bias, sh.rows, sh.out, s());
   }
-  // The CPU's algorithm: dbias from the f32 dy; dy rounded to t in blocks of rows that fit
-  // dy_lowp, each block's dx rows and dw contribution from it (dw accumulating block by block).
-  void linear_backward_lowp(DType t, float* dx, float* dw, float* dbias, const float* dy,
-                            uint16_t* dy_lowp, int64_t capacity, const uint16_t* x,
-                            const uint16_t* w, int64_t n, int64_t in, int64_t out,
-                            float* /*f32_scratch*/) override {
-    check_lowp(t, "linear_backward_lowp");
-    STRATA_CHECK(capacity >= out, "linear_backward_lowp: a dy block of ", capacity,
+  // 16-bit: the CPU's algorithm: dbias from the f32 dy; dy rounded to t in blocks of rows that
+  // fit scratch.dy, each block's dx rows and dw contribution from it (dw accumulating block by
+  // block).
+  void linear_backward(DType t, float* dx, float* dw, float* dbias, const float* dy, const void* x,
+                       const void* w, const LinearShape& sh, const LowpScratch& scratch) override {
+    const int64_t n = sh.rows, in = sh.in, out = sh.out;
+    if (t == DType::f32) {
+      if (n == 0) return;  // no rows: nothing to overwrite, nothing to accumulate
+      return cuda::linear_backward(lt_, dx, dw, dbias, dy, static_cast<const float*>(x),
+                                   static_cast<const float*>(w), n, in, out, s());
+    }
+    check_lowp(t, "linear_backward");
+    STRATA_CHECK(scratch.dy_capacity >= out, "linear_backward: a dy block of ", scratch.dy_capacity,
                  " elements cannot hold one row of ", out);
     if (n == 0) return;
     if (dbias)
       cuda::linear_backward(lt_, nullptr, nullptr, dbias, dy, nullptr, nullptr, n, in, out, s());
     if (!dx && !dw) return;
-    const int64_t rows = std::min(n, capacity / out);
+    const auto* x16 = static_cast<const uint16_t*>(x);
+    const auto* w16 = static_cast<const uint16_t*>(w);
+    const int64_t rows = std::min(n, scratch.dy_capacity / out);
     for (int64_t r0 = 0; r0 < n; r0 += rows) {
       const int64_t r = std::min(rows, n - r0);
-      to_lowp(t, dy_lowp, dy + r0 * out, r * out);
+      to_lowp(t, scratch.dy, dy + r0 * out, r * out);
       if (dx)  // dx[r, in] = dy[r, out] w[out, in]
-        lowp_gemm(t, false, false, r, in, out, dy_lowp, out, w, in, 0.0f, dx + r0 * in, in);
+        lowp_gemm(t, false, false, r, in, out, scratch.dy, out, w16, in, 0.0f, dx + r0 * in, in);
       if (dw)  // dw[out, in] += dy^T[out, r] x[r, in]
-        lowp_gemm(t, true, false, out, in, r, dy_lowp, out, x + r0 * in, in, 1.0f, dw, in);
+        lowp_gemm(t, true, false, out, in, r, scratch.dy, out, x16 + r0 * in, in, 1.0f, dw, in);
     }
   }
   void to_lowp(DType t, uint16_t* out, const float* in, int64_t count) override {
@@ -352,11 +352,10 @@ class CudaBackendImpl final : public CudaBackend {
     float* scratch = norm_scratch_.floats(cuda::rmsnorm_backward_scratch_floats(n, c));
     cuda::rmsnorm_backward(dx, dw, scratch, dy, x, w, rstd, n, c, s());
   }
-  void gelu_forward(float* y, const float* x, int64_t count) override {
-    cuda::gelu_forward(y, x, count, s());
-  }
-  void gelu_forward_bf16(uint16_t* y, const float* x, int64_t count) override {
-    cuda::gelu_forward_bf16(y, x, count, s());
+  void gelu_forward(DType y_type, void* y, const float* x, int64_t count) override {
+    if (y_type == DType::f32) return cuda::gelu_forward(static_cast<float*>(y), x, count, s());
+    check_operand_type(y_type == DType::bf16, "gelu_forward", y_type);
+    cuda::gelu_forward_bf16(static_cast<uint16_t*>(y), x, count, s());
   }
   void gelu_backward(float* dx, const float* x, const float* dy, int64_t count) override {
     cuda::gelu_backward(dx, x, dy, count, s());
@@ -397,51 +396,48 @@ class CudaBackendImpl final : public CudaBackend {
   int64_t attention_backward_scratch(const AttentionShape&) const override {
     no_naive_attention("attention_backward_scratch");
   }
-  void flash_attention_forward(float* out, float* lse, const float* qkv,
-                               const AttentionShape& shape) override {
-    cuda::flash_attention_forward(out, lse, qkv, shape.b, shape.t, shape.heads, shape.kv_heads,
-                                  shape.head_dim, s());
+  // f32: the scalar kernels. bf16: the tensor-core kernels (flash_attention_mma.h), or the
+  // scalar ones with STRATA_FLASH_KERNEL=scalar. The scratch is the kernels' workspace (D =
+  // rowsum(dO o O)), counted in floats; for bf16 it fits either (the mma workspace is larger).
+  void flash_attention_forward(DType qkv_type, float* out, float* lse, const void* qkv,
+                               const AttentionShape& sh) override {
+    check_operand_type(qkv_type == DType::f32 || qkv_type == DType::bf16, "flash_attention_forward",
+                       qkv_type);
+    if (qkv_type == DType::f32)
+      return cuda::flash_attention_forward(out, lse, static_cast<const float*>(qkv), sh.b, sh.t,
+                                           sh.heads, sh.kv_heads, sh.head_dim, s());
+    const auto* qkv16 = static_cast<const uint16_t*>(qkv);
+    if (cuda::flash_attention_mma_enabled())
+      return cuda::flash_attention_mma_forward_bf16(out, lse, qkv16, sh.b, sh.t, sh.heads,
+                                                    sh.kv_heads, sh.head_dim, s());
+    cuda::flash_attention_forward_bf16(out, lse, qkv16, sh.b, sh.t, sh.heads, sh.kv_heads,
+                                       sh.head_dim, s());
   }
-  // The scratch is the kernels' workspace (D = rowsum(dO o O)), counted in floats.
-  void flash_attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                                const float* out, const float* lse,
-                                const AttentionShape& shape) override {
-    cuda::flash_attention_backward(dqkv, scratch, dout, qkv, out, lse, shape.b, shape.t,
-                                   shape.heads, shape.kv_heads, shape.head_dim, s());
+  void flash_attention_backward(DType qkv_type, float* dqkv, float* scratch, const float* dout,
+                                const void* qkv, const float* out, const float* lse,
+                                const AttentionShape& sh) override {
+    check_operand_type(qkv_type == DType::f32 || qkv_type == DType::bf16,
+                       "flash_attention_backward", qkv_type);
+    if (qkv_type == DType::f32)
+      return cuda::flash_attention_backward(dqkv, scratch, dout, static_cast<const float*>(qkv),
+                                            out, lse, sh.b, sh.t, sh.heads, sh.kv_heads,
+                                            sh.head_dim, s());
+    const auto* qkv16 = static_cast<const uint16_t*>(qkv);
+    if (cuda::flash_attention_mma_enabled())
+      return cuda::flash_attention_mma_backward_bf16(dqkv, scratch, dout, qkv16, out, lse, sh.b,
+                                                     sh.t, sh.heads, sh.kv_heads, sh.head_dim, s());
+    cuda::flash_attention_backward_bf16(dqkv, scratch, dout, qkv16, out, lse, sh.b, sh.t, sh.heads,
+                                        sh.kv_heads, sh.head_dim, s());
   }
-  int64_t flash_attention_backward_scratch(const AttentionShape& shape) const override {
-    return floats_for(cuda::flash_attention_backward_workspace(shape.b, shape.t, shape.heads,
-                                                               shape.kv_heads, shape.head_dim));
-  }
-  // bf16: the tensor-core kernels (flash_attention_mma.h), or the scalar ones with
-  // STRATA_FLASH_KERNEL=scalar. The scratch fits either (the mma workspace is the larger).
-  void flash_attention_forward_bf16(float* out, float* lse, const uint16_t* qkv16,
-                                    const AttentionShape& shape) override {
-    if (cuda::flash_attention_mma_enabled()) {
-      cuda::flash_attention_mma_forward_bf16(out, lse, qkv16, shape.b, shape.t, shape.heads,
-                                             shape.kv_heads, shape.head_dim, s());
-    } else {
-      cuda::flash_attention_forward_bf16(out, lse, qkv16, shape.b, shape.t, shape.heads,
-                                         shape.kv_heads, shape.head_dim, s());
-    }
-  }
-  void flash_attention_backward_bf16(float* dqkv, float* scratch, const float* dout,
-                                     const uint16_t* qkv16, const float* out, const float* lse,
-                                     const AttentionShape& shape) override {
-    if (cuda::flash_attention_mma_enabled()) {
-      cuda::flash_attention_mma_backward_bf16(dqkv, scratch, dout, qkv16, out, lse, shape.b,
-                                              shape.t, shape.heads, shape.kv_heads, shape.head_dim,
-                                              s());
-    } else {
-      cuda::flash_attention_backward_bf16(dqkv, scratch, dout, qkv16, out, lse, shape.b, shape.t,
-                                          shape.heads, shape.kv_heads, shape.head_dim, s());
-    }
-  }
-  int64_t flash_attention_backward_bf16_scratch(const AttentionShape& shape) const override {
-    return floats_for(std::max(cuda::flash_attention_backward_workspace(
-                                   shape.b, shape.t, shape.heads, shape.kv_heads, shape.head_dim),
-                               cuda::flash_attention_mma_backward_workspace(
-                                   shape.b, shape.t, shape.heads, shape.kv_heads, shape.head_dim)));
+  int64_t flash_attention_backward_scratch(DType qkv_type,
+                                           const AttentionShape& sh) const override {
+    check_operand_type(qkv_type == DType::f32 || qkv_type == DType::bf16,
+                       "flash_attention_backward_scratch", qkv_type);
+    const int64_t scalar =
+        cuda::flash_attention_backward_workspace(sh.b, sh.t, sh.heads, sh.kv_heads, sh.head_dim);
+    if (qkv_type == DType::f32) return floats_for(scalar);
+    return floats_for(std::max(scalar, cuda::flash_attention_mma_backward_workspace(
+                                           sh.b, sh.t, sh.heads, sh.kv_heads, sh.head_dim)));
   }
 
   // ---- loss -----------------------------------------------------------------------------------
@@ -450,14 +446,15 @@ class CudaBackendImpl final : public CudaBackend {
     cuda::cross_entropy_forward(losses, logits, targets, n, v, s());
     return total_loss(losses, targets, n);
   }
-  double cross_entropy_forward_backward(float* losses, float* logits, const int32_t* targets,
-                                        int64_t n, int64_t v, float grad_scale) override {
-    cuda::cross_entropy_forward_backward(losses, logits, targets, n, v, grad_scale, s());
-    return total_loss(losses, targets, n);
-  }
-  double cross_entropy_forward_backward_bf16(float* losses, float* logits, const int32_t* targets,
-                                             int64_t n, int64_t v, float grad_scale) override {
-    cuda::cross_entropy_forward_backward_bf16(losses, logits, targets, n, v, grad_scale, s());
+  double cross_entropy_forward_backward(DType grad_type, float* losses, float* logits,
+                                        const int32_t* targets, int64_t n, int64_t v,
+                                        float grad_scale) override {
+    if (grad_type == DType::f32) {
+      cuda::cross_entropy_forward_backward(losses, logits, targets, n, v, grad_scale, s());
+    } else {
+      check_operand_type(grad_type == DType::bf16, "cross_entropy_forward_backward", grad_type);
+      cuda::cross_entropy_forward_backward_bf16(losses, logits, targets, n, v, grad_scale, s());
+    }
     return total_loss(losses, targets, n);
   }
   void vocab_parallel_ce_max(float* row_max, const float* logits, int64_t n,
