@@ -13,6 +13,7 @@
 #include "core/arena.h"
 #include "model/params.h"
 #include "optim/optim_config.h"
+#include "optim/optimizer.h"
 
 namespace strata {
 
@@ -30,7 +31,7 @@ struct OptimSegment {
 // One segment per parameter of the store, state laid out like the flat parameter buffer.
 std::vector<OptimSegment> segments_for_all(const ParamStore& params);
 
-class AdamW {
+class AdamW final : public Optimizer {
  public:
   AdamW(std::vector<OptimSegment> segments, int64_t state_size, Arena& arena,
         const OptimConfig& config, Backend& backend = cpu_backend());
@@ -38,15 +39,20 @@ class AdamW {
   AdamW(ParamStore& params, Arena& arena, const OptimConfig& config)
       : AdamW(segments_for_all(params), params.size(), arena, config, params.backend()) {}
   // One update with learning rate `lr`; gradients are multiplied by grad_scale first (clipping).
-  void step(float lr, float grad_scale);
+  void step(float lr, float grad_scale) override;
 
   Backend& backend() const { return backend_; }
-  int64_t steps_taken() const { return step_; }
-  void set_steps_taken(int64_t step) { step_ = step; }
-  // Device pointers of backend() (read them through backend().copy_to_host off the CPU).
-  float* first_moment() const { return m_; }
-  float* second_moment() const { return v_; }
-  int64_t state_size() const { return state_size_; }
+  int64_t steps_taken() const override { return step_; }
+  void set_steps_taken(int64_t step) override { step_ = step; }
+  int64_t state_size() const override { return state_size_; }
+  // The moments in the arena's memory: device pointers of backend() (read them through
+  // backend().copy_to_host off the CPU); the master weights are the segments' params.
+  bool state_in_model_memory() const override { return true; }
+  float* first_moment() const override { return m_; }
+  float* second_moment() const override { return v_; }
+  // Host copies of the state: the segments' params as the master, and the moments.
+  void read_state(float* master, float* exp_avg, float* exp_avg_sq) const override;
+  void write_state(const float* master, const float* exp_avg, const float* exp_avg_sq) override;
 
  private:
   std::vector<OptimSegment> segments_;

@@ -50,7 +50,7 @@ class HostOffloadAdamW final : public OffloadedOptimizer {
   void download_grads(int64_t begin, int64_t end);
   // Forgets the downloads of a step whose update is skipped (fp16 overflow, a non-finite or
   // spiking loss), so that the next step downloads its own gradients.
-  void discard_gradients();
+  void discard_gradients() override;
 
   // One AdamW update, bitwise equal to AdamW::step on the same inputs (the CPU backend's kernel,
   // applied element-wise to the same values: the master equals the param it was refreshed into).

@@ -1,31 +1,22 @@
 // What the offloaded AdamWs share (optim/offload.h: state in files; optim/host_offload.h: state in
-// host memory beside a GPU): the interface the trainer steps and checkpoints them through, and the
-// walk of the optimizer segments in state-layout chunks that both stream the state by.
+// host memory beside a GPU): the walk of the optimizer segments in state-layout chunks that both
+// stream the state by. The interface the trainer steps them through is optim/optimizer.h.
 #pragma once
 #include <algorithm>
 #include <cstdint>
 #include <vector>
 
 #include "optim/adamw.h"
+#include "optim/optimizer.h"
 
 namespace strata {
 
 // AdamW whose f32 master weights and Adam moments live away from the model's memory. The state
 // layout is AdamW's (OptimSegment::state_offset); every update is bitwise AdamW's on the same
 // inputs, and the segments' params are refreshed from the master values after it.
-class OffloadedOptimizer {
+class OffloadedOptimizer : public Optimizer {
  public:
-  virtual ~OffloadedOptimizer() = default;
-  // One AdamW update with learning rate lr; gradients are multiplied by grad_scale first.
-  virtual void step(float lr, float grad_scale) = 0;
-  virtual int64_t steps_taken() const = 0;
-  virtual void set_steps_taken(int64_t step) = 0;
-  virtual int64_t state_size() const = 0;
-  // Checkpoints: the whole state in the state layout (state_size floats each). write_state also
-  // copies the master values into the segments' params, so that the working copy the model reads
-  // matches the master it resumes from.
-  virtual void read_state(float* master, float* exp_avg, float* exp_avg_sq) const = 0;
-  virtual void write_state(const float* master, const float* exp_avg, const float* exp_avg_sq) = 0;
+  bool state_in_model_memory() const final { return false; }
 };
 
 // Sorts the segments by state_offset and checks that they fit in the state and do not overlap;

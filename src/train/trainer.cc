@@ -234,13 +234,13 @@ void Trainer::make_optimizer(std::vector<OptimSegment> segments, int64_t state_s
   auto files =
       std::make_unique<OffloadedAdamW>(std::move(segments), state_size, arena_, config_.optim, o);
   files->init_from_params();  // the parameters are initialised by now
-  offload_ = std::move(files);
+  optimizer_ = std::move(files);
   log::info("optimizer state offloaded to ", o.dir, " (", config_.optim.offload_chunk_mb,
             " MB chunks)");
 }
 
 int64_t Trainer::optimizer_steps() const {
-  return offload_ ? offload_->steps_taken() : optimizer_->steps_taken();
+  return optimizer_->steps_taken();
 }
 
 Trainer::~Trainer() {
@@ -407,10 +407,7 @@ StepResult Trainer::train_step() {
   const bool apply = accept_update(loss, r.grad_norm, r);
   if (apply) {
     const float scale = clip_coefficient(r.grad_norm, config_.optim.grad_clip) / loss_scale;
-    if (offload_)
-      offload_->step(static_cast<float>(r.lr), scale);
-    else
-      optimizer_->step(static_cast<float>(r.lr), scale);
+    optimizer_->step(static_cast<float>(r.lr), scale);
     if (dp_) dp_->after_optimizer_step();
     params.bump_version();  // the 16-bit working weights refresh from the new master values
     if (optimizer_writes_bf16_) model_->bf16_copy_written();
@@ -418,7 +415,7 @@ StepResult Trainer::train_step() {
     log::info("step ", step_ + 1, ": fp16 gradients overflowed at loss scale ", loss_scale,
               "; update skipped");
   }
-  if (!apply && host_offload_) host_offload_->discard_gradients();
+  if (!apply) optimizer_->discard_gradients();
   r.skipped = !apply;
   if (scaler_) scaler_->update(!finite);
   device_->backend().synchronize();  // a GPU's update has finished: the step's times are real

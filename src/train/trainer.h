@@ -19,17 +19,15 @@ namespace strata {
 
 // Declared, not included: what the trainer holds by pointer or names in a declaration only (the
 // trainer's .cc files include them), so that including trainer.h does not bring in every layer.
-class AdamW;
 class Backend;
 class ConsoleProgress;
 class DataParallel;
 class Decoder;
-class HostOffloadAdamW;
 class HostOffloadGradHooks;
 class LossScaler;
 class MetricsSink;
 class ModelParallel;
-class OffloadedOptimizer;
+class Optimizer;
 class PipelineExecutor;
 class ProcessGroups;
 class TokenSource;
@@ -176,13 +174,13 @@ class Trainer {
   std::string data_dir_, tokenizer_path_;
   std::unique_ptr<Decoder> model_;
   std::unique_ptr<DataParallel> dp_;
-  std::unique_ptr<ModelParallel> mp_;            // tp > 1 or pp > 1
-  std::unique_ptr<PipelineExecutor> pipe_;       // pp > 1
-  int64_t micro_batches_ = 1;                    // per optimizer step and dp rank
-  std::unique_ptr<LossScaler> scaler_;           // fp16
-  std::unique_ptr<AdamW> optimizer_;             // or, with optim.offload = "nvme" or "cpu":
-  std::unique_ptr<OffloadedOptimizer> offload_;  // master weights and moments in files / host
-  HostOffloadAdamW* host_offload_ = nullptr;     // offload_ when it is "cpu"
+  std::unique_ptr<ModelParallel> mp_;       // tp > 1 or pp > 1
+  std::unique_ptr<PipelineExecutor> pipe_;  // pp > 1
+  int64_t micro_batches_ = 1;               // per optimizer step and dp rank
+  std::unique_ptr<LossScaler> scaler_;      // fp16
+  // AdamW, or with optim.offload = "nvme" or "cpu" its master weights and moments in files or
+  // host memory (optim/optimizer.h: one interface for the step and the checkpoints)
+  std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<HostOffloadGradHooks> offload_hooks_;  // "cpu", one process: early downloads
   std::unique_ptr<TokenSource> train_data_, val_data_;
   int32_t* inputs_ = nullptr;

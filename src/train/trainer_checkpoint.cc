@@ -10,10 +10,9 @@
 #include "core/log.h"
 #include "core/trace.h"
 #include "model/decoder.h"
-#include "optim/adamw.h"
-#include "optim/host_offload.h"
+#include "optim/adamw.h"  // learning_rate
 #include "optim/loss_scaler.h"
-#include "optim/offload.h"
+#include "optim/optimizer.h"
 #include "parallel/data_parallel.h"
 #include "parallel/model_parallel.h"
 #include "parallel/pipeline_executor.h"
@@ -61,10 +60,11 @@ Trainer::HostState Trainer::host_state(bool download) {
   HostState s;
   const bool sharded = dp_ && dp_->params_sharded();
   s.np = sharded ? dp_->shard_size() : model_->params().size();
-  s.ns = optimizer_ ? optimizer_->state_size() : 0;
+  const bool in_memory = optimizer_->state_in_model_memory();
+  s.ns = in_memory ? optimizer_->state_size() : 0;
   s.device_params = sharded ? dp_->shard_params() : model_->params().data();
-  s.device_m = optimizer_ ? optimizer_->first_moment() : nullptr;
-  s.device_v = optimizer_ ? optimizer_->second_moment() : nullptr;
+  s.device_m = optimizer_->first_moment();
+  s.device_v = optimizer_->second_moment();
   if (device_->is_host()) {
     s.params = s.device_params;
     s.m = s.device_m;
@@ -73,7 +73,7 @@ Trainer::HostState Trainer::host_state(bool download) {
   }
   device_snapshot_.resize(static_cast<size_t>(s.np + 2 * s.ns));
   s.params = device_snapshot_.data();
-  if (optimizer_) {
+  if (in_memory) {
     s.m = s.params + s.np;
     s.v = s.m + s.ns;
   }
@@ -97,12 +97,12 @@ std::vector<SliceSource> Trainer::checkpoint_sources(bool read_offloaded) {
   const HostState st = host_state(/*download=*/read_offloaded);  // sizes only: no copies
   const float* m = st.m;
   const float* v = st.v;
-  if (offload_) {
-    const size_t n = static_cast<size_t>(offload_->state_size());
+  if (!optimizer_->state_in_model_memory()) {
+    const size_t n = static_cast<size_t>(optimizer_->state_size());
     if (offload_snapshot_.size() < 3 * n) offload_snapshot_.resize(3 * n);
     if (read_offloaded)
-      offload_->read_state(offload_snapshot_.data(), offload_snapshot_.data() + n,
-                           offload_snapshot_.data() + 2 * n);
+      optimizer_->read_state(offload_snapshot_.data(), offload_snapshot_.data() + n,
+                             offload_snapshot_.data() + 2 * n);
     m = offload_snapshot_.data() + n;
     v = offload_snapshot_.data() + 2 * n;
   }
@@ -245,8 +245,9 @@ void Trainer::load_checkpoint(const std::string& dir) {
   float* m = st.m;
   float* v = st.v;
   float* master = nullptr;  // the offloaded master weights (state layout)
-  if (offload_) {
-    const size_t n = static_cast<size_t>(offload_->state_size());
+  const bool offloaded = !optimizer_->state_in_model_memory();
+  if (offloaded) {
+    const size_t n = static_cast<size_t>(optimizer_->state_size());
     if (offload_snapshot_.size() < 3 * n) offload_snapshot_.resize(3 * n);
     master = offload_snapshot_.data();
     m = master + n;
@@ -257,7 +258,7 @@ void Trainer::load_checkpoint(const std::string& dir) {
     return e.tensor.rfind("exp_avg.", 0) == 0;
   });
   if (!moments && m && v) {
-    const int64_t n = offload_ ? offload_->state_size() : st.ns;
+    const int64_t n = offloaded ? optimizer_->state_size() : st.ns;
     std::fill(m, m + n, 0.0f);
     std::fill(v, v + n, 0.0f);
   }
@@ -280,7 +281,7 @@ void Trainer::load_checkpoint(const std::string& dir) {
     add("exp_avg_sq.", v, state_sharded);
   }
   load_slices(dir, entries, targets);
-  if (offload_) offload_->write_state(master, m, v);
+  if (offloaded) optimizer_->write_state(master, m, v);
   upload_state(st);
 }
 
@@ -343,10 +344,7 @@ void Trainer::restore(const std::string& newest) {
     ParamStore& params = model_->params();
     params.bump_version();
     step_ = state.step;
-    if (offload_)
-      offload_->set_steps_taken(state.step);
-    else
-      optimizer_->set_steps_taken(state.step);
+    optimizer_->set_steps_taken(state.step);
     if (scaler_ && state.extra.contains("loss_scaler"))
       scaler_->restore(state.extra["loss_scaler"]);
     if (!state.data.is_null() && !state.data.empty()) train_data_->restore(state.data);

@@ -2,10 +2,8 @@
 #include "comm/process_groups.h"
 #include "core/log.h"
 #include "model/decoder.h"
-#include "optim/adamw.h"
 #include "optim/host_offload.h"
 #include "optim/loss_scaler.h"
-#include "optim/offload.h"
 #include "parallel/data_parallel.h"
 #include "parallel/model_parallel.h"
 #include "parallel/pipeline_executor.h"
@@ -35,8 +33,7 @@ void Trainer::make_host_offload(std::vector<OptimSegment> segments, int64_t stat
   log::info("optimizer state offloaded to host memory: ", host_mem.total_current >> 20, " MiB in ",
             host->num_chunks(), " chunks of ", config_.optim.offload_chunk_mb, " MB",
             offload_hooks_ ? "; gradients download during backward" : "");
-  host_offload_ = host.get();
-  offload_ = std::move(host);
+  optimizer_ = std::move(host);
 }
 
 }  // namespace strata
