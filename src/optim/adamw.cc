@@ -43,14 +43,16 @@ void AdamW::step(float lr, float grad_scale) {
 
 void AdamW::read_state(float* master, float* exp_avg, float* exp_avg_sq) const {
   for (const OptimSegment& s : segments_)
-    backend_.copy_to_host(master + s.state_offset, s.param,
-                          static_cast<size_t>(s.count) * sizeof(float));
+    if (s.count > 0)  // an empty segment's pointers may be null
+      backend_.copy_to_host(master + s.state_offset, s.param,
+                            static_cast<size_t>(s.count) * sizeof(float));
   backend_.copy_to_host(exp_avg, m_, static_cast<size_t>(state_size_) * sizeof(float));
   backend_.copy_to_host(exp_avg_sq, v_, static_cast<size_t>(state_size_) * sizeof(float));
 }
 
 void AdamW::write_state(const float* master, const float* exp_avg, const float* exp_avg_sq) {
   for (const OptimSegment& s : segments_) {
+    if (s.count == 0) continue;  // an empty segment's pointers may be null
     backend_.copy_from_host(s.param, master + s.state_offset,
                             static_cast<size_t>(s.count) * sizeof(float));
     if (s.param_bf16)  // the working copy follows the master, as after an update
