@@ -33,7 +33,10 @@
 #   model    the bitwise-equality runs of whole training steps (guarded backend, activation and
 #            host offload, recomputation, optimizer backend, bf16 copy, generation, seeded
 #            sampling): up to 110 s each at neon and 10-110 s at SVE 512; each compares two paths
-#            of the same kernels on one machine. The numerics against PyTorch (TorchReference.*) and the decoder tests stay.
+#            of the same kernels on one machine. And FamilyGradients (~700 forward passes of
+#            finite differences: over 300 s at SVE 256, where the whole rest of the quick model
+#            suite takes about 30 s); it checks how each block wires kernels that the kernel
+#            suite checks at every level. The numerics against PyTorch (TorchReference.*) and the decoder tests stay.
 # Always left out under emulation (ALWAYS_SKIP): core Trace.OffSpanIsCheap, which asserts
 # wall-clock costs (a span that records nothing < 20 ns; ~30 ns under qemu's translation).
 # Prints one line per run and suite and a closing "N passed, N failed" line (runs, not test
@@ -224,7 +227,7 @@ done
 
 ALWAYS_SKIP_core='Trace.OffSpanIsCheap'
 QUICK_SKIP_kernels='FlashAttention.MatchesNaiveForwardBackwardAndLse:FlashAttention.DeterministicAcrossThreadCounts:FlashAttentionBf16.MatchesF32KernelOnTheSameBf16Inputs:FlashAttentionBf16.DeterministicAcrossThreadCounts:FlashAttentionBf16.ComparisonRejectsWrongResults:FlashAttentionBf16.LevelKernelMatchesThePortableKernel:Backends/GemmTest.ResultDoesNotDependOnThreadCount/Dnnl*:Backends/GemmTest.ResultDoesNotDependOnThreadCount/OpenBlas'
-QUICK_SKIP_model='ActivationOffload.BitwiseTheGradientsOfKeepingEverything:ActivationOffload.DeviceHoldsTwoLayersAndTheBlockOutputs:Recompute.GradientsAreBitwiseIdentical:HostOffloadBackend.*:Backend.GuardedRunIsBitwiseThePlainCpuRun:Backend.GenerateOnTheGuardedBackend:OptimBackend.GuardedStepsAreBitwiseThePlainCpuSteps:Bf16Copy.OptimizerWrittenCopyEqualsTheModelsOwnConversion:Families/DecoderFamilies.SeededSamplingIsDeterministic/*'
+QUICK_SKIP_model='ActivationOffload.BitwiseTheGradientsOfKeepingEverything:ActivationOffload.DeviceHoldsTwoLayersAndTheBlockOutputs:Recompute.GradientsAreBitwiseIdentical:HostOffloadBackend.*:Backend.GuardedRunIsBitwiseThePlainCpuRun:Backend.GenerateOnTheGuardedBackend:OptimBackend.GuardedStepsAreBitwiseThePlainCpuSteps:Bf16Copy.OptimizerWrittenCopyEqualsTheModelsOwnConversion:Families/DecoderFamilies.SeededSamplingIsDeterministic/*:FamilyGradients.*'
 filter_for() {  # filter_for SUITE DEPTH
   local skip always quick
   always="ALWAYS_SKIP_$1"; quick="QUICK_SKIP_$1"
