@@ -105,6 +105,13 @@ namespace {
 bool bf16_flash(const BlockRun& r) {
   return bf16_flash_attention(r.linear.precision(), r.cfg);
 }
+// What flash attention reads: the bf16 copy of q, k, v where it reads bf16, else the f32 values.
+DType qkv_type(const BlockRun& r) {
+  return bf16_flash(r) ? DType::bf16 : DType::f32;
+}
+const void* flash_qkv(const BlockRun& r, const LayerActivations& l) {
+  return bf16_flash(r) ? static_cast<const void*>(l.qkv_lp) : l.qkv;
+}
 }  // namespace
 
 void attention_forward(BlockRun& r, LayerActivations& l, const float* x) {
@@ -119,10 +126,8 @@ void attention_forward(BlockRun& r, LayerActivations& l, const float* x) {
     k.to_lowp(prec, l.qkv_lp, l.qkv, count);
     if (!bf16_flash(r)) k.from_lowp(prec, l.qkv, l.qkv_lp, count);
   }
-  if (bf16_flash(r))
-    k.flash_attention_forward(DType::bf16, l.attn_out, l.lse, l.qkv_lp, r.attention_shape());
-  else if (r.cfg.flash_attention())
-    k.flash_attention_forward(DType::f32, l.attn_out, l.lse, l.qkv, r.attention_shape());
+  if (r.cfg.flash_attention())
+    k.flash_attention_forward(qkv_type(r), l.attn_out, l.lse, flash_qkv(r, l), r.attention_shape());
   else
     k.attention_forward(l.attn_out, l.probs, l.qkv, r.attention_shape());
   if (r.lowp()) k.to_lowp(prec, l.attn_out_lp, l.attn_out, n * nh * hd);
@@ -140,12 +145,9 @@ void attention_backward(BlockRun& r, LayerActivations& l) {
     k.to_lowp(r.linear.precision(), l.attn_out_lp, l.attn_out, n * nh * hd);
   r.linear.backward(s.dattn, r.G(r.p.o_w), r.G(r.p.o_b), dy, r.kept(l.attn_out, l.attn_out_lp),
                     r.p.o_w, n, nh * hd, r.c());
-  if (bf16_flash(r))
-    k.flash_attention_backward(DType::bf16, s.dqkv, s.attn_scratch, s.dattn, l.qkv_lp, l.attn_out,
-                               l.lse, r.attention_shape());
-  else if (r.cfg.flash_attention())
-    k.flash_attention_backward(DType::f32, s.dqkv, s.attn_scratch, s.dattn, l.qkv, l.attn_out,
-                               l.lse, r.attention_shape());
+  if (r.cfg.flash_attention())
+    k.flash_attention_backward(qkv_type(r), s.dqkv, s.attn_scratch, s.dattn, flash_qkv(r, l),
+                               l.attn_out, l.lse, r.attention_shape());
   else
     k.attention_backward(s.dqkv, s.attn_scratch, s.dattn, l.qkv, l.probs, r.attention_shape());
 }

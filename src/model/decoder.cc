@@ -204,12 +204,10 @@ double Decoder::loss(ActivationStore& a, const int32_t* targets, bool backward, 
   double sum = 0;
   // bf16: the head's backward GEMMs read bf16 dlogits, which the loss writes directly.
   a.dlogits_bf16 = backward && precision_ == DType::bf16 && !tp_.active();
-  if (a.dlogits_bf16) {
-    sum = backend_.cross_entropy_forward_backward(DType::bf16, a.losses, a.logits, a.targets, n, v,
-                                                  grad_scale);
-  } else if (!tp_.active()) {
-    sum = backward ? backend_.cross_entropy_forward_backward(DType::f32, a.losses, a.logits,
-                                                             a.targets, n, v, grad_scale)
+  if (!tp_.active()) {
+    sum = backward ? backend_.cross_entropy_forward_backward(
+                         a.dlogits_bf16 ? DType::bf16 : DType::f32, a.losses, a.logits, a.targets,
+                         n, v, grad_scale)
                    : backend_.cross_entropy_forward(a.losses, a.logits, a.targets, n, v);
   } else {
     // Vocab-parallel: two all-reduces of per-row statistics instead of gathering the logits.

@@ -3,7 +3,6 @@
 #include "core/log.h"
 #include "model/decoder.h"
 #include "optim/host_offload.h"
-#include "optim/loss_scaler.h"
 #include "parallel/data_parallel.h"
 #include "parallel/model_parallel.h"
 #include "parallel/pipeline_executor.h"
