@@ -11,7 +11,7 @@ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTRATA_SAN
   "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG" \
   >/dev/null
 targets=(strata_test_core strata_test_kernels strata_test_model strata_test_optim strata_test_data
-         strata_test_io strata_test_train)
+         strata_test_io strata_test_run strata_test_train)
 existing=()
 for t in "${targets[@]}"; do
   [ -n "$(find tests/"${t#strata_test_}" -name '*.cc' 2>/dev/null | head -n 1)" ] && existing+=("$t")

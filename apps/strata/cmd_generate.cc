@@ -8,8 +8,8 @@
 #include "data/tokenizer.h"
 #include "io/safetensors.h"
 #include "model/generate.h"
+#include "run/config.h"
 #include "train/checkpoint.h"
-#include "train/config.h"
 
 namespace strata::cli {
 

@@ -12,8 +12,8 @@
 #include "core/error.h"
 #include "launch/supervisor.h"
 #include "launch_emit.h"
-#include "train/config.h"
-#include "train/deepspeed_config.h"
+#include "run/config.h"
+#include "run/deepspeed_config.h"
 
 namespace strata::cli {
 

@@ -14,7 +14,7 @@
 #include "plan/oom_report.h"
 #include "plan/plan_report.h"
 #include "plan/units.h"
-#include "train/config.h"
+#include "run/config.h"
 
 namespace strata::cli {
 

@@ -8,9 +8,9 @@
 #include "comm/process_groups.h"
 #include "commands.h"
 #include "model/shard.h"
+#include "run/config.h"
+#include "run/deepspeed_config.h"
 #include "track/events.h"
-#include "train/config.h"
-#include "train/deepspeed_config.h"
 #include "train/trainer.h"
 
 namespace strata::cli {

@@ -9,7 +9,7 @@
 #include "plan/cluster_profile.h"
 #include "plan/memory_model.h"
 #include "plan/perf_model.h"
-#include "train/config.h"
+#include "run/config.h"
 
 namespace strata {
 

@@ -29,7 +29,7 @@
 #include "parallel/data_parallel.h"
 #include "parallel/pipeline_executor.h"
 #include "parallel/pipeline_schedule.h"
-#include "train/trainer.h"
+#include "run/run_plan.h"
 
 namespace strata {
 

@@ -11,7 +11,7 @@
 
 #include "core/arena.h"
 #include "core/tensor.h"  // Device
-#include "train/config.h"
+#include "run/config.h"
 
 namespace strata {
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "plan/cluster_profile.h"
-#include "train/config.h"
+#include "run/config.h"
 
 namespace strata {
 

@@ -10,8 +10,8 @@
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
 #include "model/decoder.h"
+#include "run/config.h"
 #include "train/checkpoint.h"
-#include "train/config.h"
 #include "train/hf_names.h"
 
 namespace strata::hf {

@@ -13,8 +13,8 @@
 #include "io/safetensors.h"
 #include "model/block.h"
 #include "model/decoder.h"
+#include "run/config.h"
 #include "train/checkpoint.h"
-#include "train/config.h"
 #include "train/hf_names.h"
 
 namespace strata::hf {

@@ -4,8 +4,8 @@
 #pragma once
 #include <memory>
 
+#include "run/config.h"
 #include "track/metrics.h"
-#include "train/config.h"
 
 namespace strata {
 

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "comm/process_groups.h"
-#include "train/config.h"
+#include "run/config.h"
 
 namespace strata {
 

@@ -10,7 +10,7 @@
 #include "comm/process_groups.h"
 #include "core/dtype.h"
 #include "kernels/backend.h"
-#include "train/config.h"
+#include "run/config.h"
 
 namespace strata {
 

@@ -27,6 +27,7 @@
 #include "parallel/data_parallel.h"
 #include "parallel/model_parallel.h"
 #include "parallel/pipeline_executor.h"
+#include "run/run_plan.h"
 #include "track/console.h"
 #include "track/events.h"
 #include "track/metrics.h"
@@ -53,34 +54,6 @@ std::vector<std::string> shards_with_prefix(const std::string& dir, const std::s
   return out;
 }
 }  // namespace
-
-int64_t micro_batches_per_step(const RunConfig& config) {
-  return config.parallel.micro_batches > 0 ? config.parallel.micro_batches
-                                           : config.train.grad_accum;
-}
-
-DType train_precision(const TrainConfig& train) {
-  return train.precision == "bf16"   ? DType::bf16
-         : train.precision == "fp16" ? DType::f16
-                                     : DType::f32;
-}
-
-RecomputePolicy recompute_policy(const TrainConfig& train) {
-  return {recompute_from_name(train.recompute), train.recompute_layers};
-}
-
-DataParallelOptions data_parallel_options(const ParallelConfig& p) {
-  DataParallelOptions opt;
-  opt.zero = static_cast<int>(p.zero);
-  opt.bucket_elements = std::max<int64_t>(1, static_cast<int64_t>(p.bucket_mb * (1 << 20) / 4));
-  opt.overlap = p.overlap;
-  opt.reduce_dtype = p.grad_reduce_dtype == "bf16" ? DType::bf16 : DType::f32;
-  return opt;
-}
-
-int64_t offload_chunk_elements(const OptimConfig& optim) {
-  return std::max<int64_t>(1024, static_cast<int64_t>(optim.offload_chunk_mb * (1 << 20) / 4));
-}
 
 Trainer::Trainer(RunConfig config, ProcessGroups* groups, Backend* backend)
     : config_(std::move(config)),

@@ -9,10 +9,10 @@
 #include <string>
 
 #include "core/arena.h"
+#include "run/config.h"
 #include "train/anomaly.h"
 #include "train/async_checkpoint.h"
 #include "train/checkpoint.h"
-#include "train/config.h"
 #include "train/profiler.h"
 
 namespace strata {
@@ -35,14 +35,6 @@ class TrainDevice;
 struct DataParallelOptions;
 struct OptimSegment;
 struct RecomputePolicy;
-
-// How the trainer reads its config when it builds a rank (build_model, make_optimizer), shared
-// with the planner (plan/memory_model.cc) so that both size the same buffers.
-int64_t micro_batches_per_step(const RunConfig& config);  // parallel.micro_batches or grad_accum
-DType train_precision(const TrainConfig& train);          // f32, bf16 or f16
-RecomputePolicy recompute_policy(const TrainConfig& train);
-DataParallelOptions data_parallel_options(const ParallelConfig& parallel);
-int64_t offload_chunk_elements(const OptimConfig& optim);
 
 struct StepResult {
   int64_t step = 0;  // 1-based: the number of optimizer steps completed

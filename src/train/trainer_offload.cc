@@ -6,6 +6,7 @@
 #include "parallel/data_parallel.h"
 #include "parallel/model_parallel.h"
 #include "parallel/pipeline_executor.h"
+#include "run/run_plan.h"
 #include "track/console.h"
 #include "track/metrics.h"
 #include "train/token_source.h"

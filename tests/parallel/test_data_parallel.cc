@@ -16,7 +16,7 @@
 #include "model/decoder.h"
 #include "optim/adamw.h"
 #include "parallel/data_parallel.h"
-#include "train/config.h"
+#include "run/config.h"
 #include "train/trainer.h"
 
 namespace strata {

@@ -15,7 +15,7 @@
 #include "comm/layout.h"
 #include "comm/process_groups.h"
 #include "model/guarded_backend.h"
-#include "train/config.h"
+#include "run/config.h"
 #include "train/trainer.h"
 
 namespace strata {

@@ -25,7 +25,7 @@
 #include "optim/adamw.h"
 #include "parallel/model_parallel.h"
 #include "parallel/pipeline_executor.h"
-#include "train/config.h"
+#include "run/config.h"
 #include "train/trainer.h"
 
 namespace strata {

@@ -8,7 +8,7 @@
 #include "core/clock.h"
 #include "plan/layout_search.h"
 #include "plan/oom_report.h"
-#include "train/config.h"
+#include "run/config.h"
 
 namespace strata {
 namespace {

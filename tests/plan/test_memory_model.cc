@@ -17,6 +17,7 @@
 #include "parallel/model_parallel.h"
 #include "parallel/pipeline_executor.h"
 #include "plan/memory_model.h"
+#include "run/run_plan.h"
 #include "train/small_run.h"
 #include "train/trainer.h"
 

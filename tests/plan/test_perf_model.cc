@@ -17,7 +17,7 @@
 #include "parallel/pipeline_sim.h"
 #include "plan/cluster_profile.h"
 #include "plan/perf_model.h"
-#include "train/config.h"
+#include "run/config.h"
 
 namespace strata {
 namespace {

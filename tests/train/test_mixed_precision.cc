@@ -13,8 +13,8 @@
 
 #include "model/decoder.h"
 #include "optim/adamw.h"
+#include "run/config.h"
 #include "small_run.h"
-#include "train/config.h"
 #include "train/trainer.h"
 
 namespace strata {

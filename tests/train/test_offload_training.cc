@@ -12,8 +12,8 @@
 #include "model/decoder.h"
 #include "optim/adamw.h"
 #include "optim/host_offload.h"
+#include "run/config.h"
 #include "small_run.h"
-#include "train/config.h"
 #include "train/trainer.h"
 
 namespace strata {

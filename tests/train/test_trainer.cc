@@ -7,9 +7,9 @@
 #include <fstream>
 
 #include "model/decoder.h"
+#include "run/config.h"
 #include "small_run.h"
 #include "train/checkpoint.h"
-#include "train/config.h"
 #include "train/trainer.h"
 
 namespace strata {

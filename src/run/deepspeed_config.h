@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "train/config.h"
+#include "run/config.h"
 
 namespace strata {
 

@@ -1,6 +1,6 @@
 // Consistency checks of a parsed RunConfig: every value in range and every combination of keys
 // the engine supports, each failure one message naming the key(s) and what would work.
-#include "train/config_validate.h"
+#include "run/config_validate.h"
 
 #include "core/error.h"
 #include "parallel/pipeline_schedule.h"

@@ -5,7 +5,7 @@
 #include <fstream>
 
 #include "core/error.h"
-#include "train/config.h"
+#include "run/config.h"
 
 namespace strata {
 namespace {

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "train/deepspeed_config.h"
+#include "run/deepspeed_config.h"
 
 namespace strata {
 namespace {

@@ -1,7 +1,7 @@
 // DeepSpeed JSON -> strata keys. Each section is a table of handlers, one per DeepSpeed key; a key
 // without a handler is unknown. Errors are collected and reported together, so a file with three
 // unsupported keys names all three at once. docs/DEEPSPEED.md is the user-facing table.
-#include "train/deepspeed_config.h"
+#include "run/deepspeed_config.h"
 
 #include <algorithm>
 #include <cerrno>

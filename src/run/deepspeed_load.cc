@@ -3,8 +3,8 @@
 #include <charconv>
 
 #include "core/error.h"
-#include "train/config_validate.h"
-#include "train/deepspeed_config.h"
+#include "run/config_validate.h"
+#include "run/deepspeed_config.h"
 
 namespace strata {
 

@@ -1,7 +1,7 @@
 // RunConfig from TOML, `--set` overrides and JSON. Every key lives in one table (kFields below):
 // the TOML reader, the override path, the JSON writer and reader and the "did you mean" hints
 // all walk it, so a new field is one line there and cannot be forgotten by any of them.
-#include "train/config.h"
+#include "run/config.h"
 
 #include <toml++/toml.h>
 #include <unistd.h>
@@ -16,7 +16,7 @@
 #include <variant>
 
 #include "core/error.h"
-#include "train/config_validate.h"
+#include "run/config_validate.h"
 
 namespace strata {
 

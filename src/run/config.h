@@ -10,8 +10,8 @@
 #include "data/data_config.h"
 #include "model/config.h"
 #include "optim/optim_config.h"
-#include "train/ecosystem_config.h"
-#include "train/reliability_config.h"
+#include "run/ecosystem_config.h"
+#include "run/reliability_config.h"
 
 namespace strata {
 
