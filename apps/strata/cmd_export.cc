@@ -1,6 +1,8 @@
 // strata export CHECKPOINT --hf DIR: a checkpoint as a Hugging Face transformers model.
 #include <cstdio>
+#include <map>
 #include <memory>
+#include <string>
 
 #include "commands.h"
 #include "train/hf_export.h"
@@ -31,9 +33,9 @@ Command add_export_command(CLI::App& parent) {
                   "split the weights into shards of at most this many MB, with "
                   "model.safetensors.index.json (default: one file)");
   return {app, [a] {
-            a->options.dtype = a->dtype == "bf16"  ? DType::bf16
-                               : a->dtype == "f16" ? DType::f16
-                                                   : DType::f32;
+            const std::map<std::string, DType> types = {
+                {"f32", DType::f32}, {"bf16", DType::bf16}, {"f16", DType::f16}};
+            a->options.dtype = types.at(a->dtype);  // one of them: --dtype is checked
             a->options.max_shard_bytes = static_cast<int64_t>(a->max_shard_mb * 1e6);
             const hf::ExportReport r = hf::export_checkpoint(a->checkpoint, a->options);
             std::printf("%s\n", r.summary().c_str());

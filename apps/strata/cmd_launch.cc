@@ -14,6 +14,7 @@
 #include "launch_emit.h"
 #include "run/config.h"
 #include "run/deepspeed_config.h"
+#include "run/run_plan.h"
 
 namespace strata::cli {
 
@@ -48,11 +49,10 @@ std::string deepspeed_in(const std::vector<std::string>& args) {
 // lost), data parallelism takes what remains, and the global batch (micro-batch x accumulation
 // x dp) is kept by raising the accumulation, never the micro-batch (its memory is what fitted).
 // The largest dp whose accumulation comes out whole wins.
-std::function<std::optional<launch::ElasticPlan>(int)> elastic_planner(const RunConfig& config,
-                                                                       int ranks) {
-  const int64_t model_ranks = config.parallel.tp * config.parallel.pp;
-  const int64_t dp = config.parallel.dp > 0 ? config.parallel.dp : ranks / model_ranks;
-  const int64_t global = config.train.batch_size * config.train.grad_accum * dp;
+std::function<std::optional<launch::ElasticPlan>(int)> elastic_planner(const RunPlan& run) {
+  const RunConfig& config = run.config;
+  const int64_t model_ranks = run.layout.tp * run.layout.pp;
+  const int64_t global = config.train.batch_size * config.train.grad_accum * run.layout.dp;
   return [=](int available) -> std::optional<launch::ElasticPlan> {
     for (int64_t d = available / model_ranks; d >= 1; --d) {
       if (global % (config.train.batch_size * d) != 0) continue;
@@ -128,7 +128,7 @@ Command add_launch_command(CLI::App& parent) {
             for (const std::string& s : args->sets) command.insert(command.end(), {"--set", s});
             if (!args->deepspeed.empty())
               command.insert(command.end(), {"--deepspeed", args->deepspeed});
-            STRATA_CHECK(options.program.empty() || args->emit.emit.empty(),
+            STRATA_CHECK(options.program.empty() || args->emit.emit == EmitKind::none,
                          "strata launch: --emit writes a training job; it does not take --program");
             if (!options.program.empty()) {
               // mpirun and srun resolve a bare name on PATH; a relative path is made absolute so
@@ -147,10 +147,12 @@ Command add_launch_command(CLI::App& parent) {
               if (const std::string f = deepspeed_in(rest); !f.empty()) ds = read_deepspeed(f);
               RunConfig config = load_config_with_deepspeed(command.front(), ds, sets);
               resolve_deepspeed_batch(config, ds, sets, options.ranks);
+              // The layout against the ranks asked for, once here rather than on every rank.
+              const RunPlan plan = resolve_run_plan(config, options.ranks, true);
               options.run_dir = config.run.dir;
-              if (!args->emit.emit.empty())
-                return emit_job(args->emit, config, command, options.ranks, options.max_restarts);
-              if (options.elastic) options.shrink = elastic_planner(config, options.ranks);
+              if (args->emit.emit != EmitKind::none)
+                return emit_job(args->emit, plan, command, options.ranks, options.max_restarts);
+              if (options.elastic) options.shrink = elastic_planner(plan);
               options.args = {"train"};
               options.args.insert(options.args.end(), command.begin(), command.end());
             }

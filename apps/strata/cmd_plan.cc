@@ -134,8 +134,8 @@ int run_plan(const PlanArgs& a) {
   std::printf("\nmodel: %s, %s parameters, %lld layers, d_model %lld, seq %lld, %s, %s attention\n",
               family_name(m.family), format_count(static_cast<double>(m.num_params())).c_str(),
               static_cast<long long>(m.n_layer), static_cast<long long>(m.d_model),
-              static_cast<long long>(config.train.seq_len), config.train.precision.c_str(),
-              m.attention.c_str());
+              static_cast<long long>(config.train.seq_len),
+              enum_name(config.train.precision).data(), enum_name(m.attention).data());
   std::printf("\nthe config's layout: %s\n%s", given.describe().c_str(),
               format_memory(given).c_str());
   if (given.step.step_s > 0) std::printf("    %s\n", format_step(given.step).c_str());

@@ -3,13 +3,12 @@
 #include <string>
 #include <vector>
 
-#include "comm/layout.h"
 #include "comm/mpi_runtime.h"
 #include "comm/process_groups.h"
 #include "commands.h"
-#include "model/shard.h"
 #include "run/config.h"
 #include "run/deepspeed_config.h"
+#include "run/run_plan.h"
 #include "track/events.h"
 #include "train/trainer.h"
 
@@ -44,13 +43,13 @@ Command add_train_command(CLI::App& parent) {
               std::fprintf(stderr, "deepspeed: %s -> %s\n", ds.source.c_str(),
                            describe_deepspeed(ds).c_str());
             }
-            if (env.launcher == "none" && config.parallel.tp * config.parallel.pp *
-                                                  std::max<int64_t>(1, config.parallel.dp) ==
-                                              1) {
+            if (env.launcher == Launcher::none) {  // one plain process: no MPI at all
               resolve_deepspeed_batch(config, ds, args->overrides, 1);
+              // A layout of more than one rank is refused here, saying what would fit.
+              RunPlan plan = resolve_run_plan(config, 1, false);
               const std::string run_dir = config.run.dir;
               try {
-                Trainer trainer(std::move(config));  // one process: no MPI at all
+                Trainer trainer(std::move(plan));
                 trainer.run();
               } catch (const std::exception& e) {
                 append_event(run_dir, 0, "error", -1, {{"message", e.what()}});
@@ -58,24 +57,15 @@ Command add_train_command(CLI::App& parent) {
               }
               return 0;
             }
-            // One rank of a job (mpirun, srun, or strata launch): the layout is checked
-            // against the world size before any work starts.
+            // One rank of a job (mpirun, srun, or strata launch): the plan is checked against
+            // the world size before any work starts.
             MpiSession mpi;
-            const ParallelConfig& p = config.parallel;
-            Layout layout;
+            RunPlan plan;
             try {
               // DeepSpeed's train_batch_size counts every data-parallel rank: resolved here,
               // where the world size is known.
               resolve_deepspeed_batch(config, ds, args->overrides, mpi_world_size());
-              layout = resolve_layout(static_cast<int>(p.tp), static_cast<int>(p.pp),
-                                      static_cast<int>(p.dp), static_cast<int>(p.zero),
-                                      mpi_world_size());
-              // The model must split over tp (heads, kv heads, MLP, vocabulary), sp and the
-              // pipeline stages: checked here, once, for rank 0 to report.
-              ModelConfig model = config.model;
-              model.finalize();
-              make_shard(model, layout.tp, 0, p.sp, layout.pp, 0, static_cast<int>(p.vpp),
-                         config.train.batch_size * config.train.seq_len, p.stage_layers);
+              plan = resolve_run_plan(config, mpi_world_size(), true);
             } catch (const std::exception& e) {
               // Every rank finds the same problem: one of them says it.
               if (mpi_world_rank() == 0) std::fprintf(stderr, "\nerror: %s\n", e.what());
@@ -84,8 +74,8 @@ Command add_train_command(CLI::App& parent) {
             }
             const std::string run_dir = config.run.dir;
             try {
-              ProcessGroups groups = ProcessGroups::create(layout);
-              Trainer trainer(std::move(config), &groups);
+              ProcessGroups groups = ProcessGroups::create(plan.layout);
+              Trainer trainer(std::move(plan), &groups);
               trainer.run();
             } catch (const std::exception& e) {
               append_event(run_dir, mpi_world_rank(), "error", -1, {{"message", e.what()}});

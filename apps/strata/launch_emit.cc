@@ -37,9 +37,10 @@ std::string job_name(const RunConfig& config) {
 
 void add_emit_options(CLI::App* app, EmitArgs& a) {
   const std::string g = "Scheduler jobs (--emit)";
-  app->add_option("--emit", a.emit,
-                  "write a job for a scheduler instead of starting the ranks: slurm (an sbatch "
-                  "script) or k8s (a ConfigMap and a gang-scheduled MPIJob or Volcano Job)")
+  app->add_option_function<std::string>(
+         "--emit", [&a](const std::string& v) { a.emit = parse_enum<EmitKind>("--emit", v); },
+         "write a job for a scheduler instead of starting the ranks: slurm (an sbatch "
+         "script) or k8s (a ConfigMap and a gang-scheduled MPIJob or Volcano Job)")
       ->check(CLI::IsMember({"slurm", "k8s"}))
       ->group(g);
   app->add_option("--out", a.out, "file to write the job to (default: standard output)")->group(g);
@@ -63,9 +64,11 @@ void add_emit_options(CLI::App* app, EmitArgs& a) {
                   "working directory of the ranks (default: here for slurm, /workspace for k8s)")
       ->group(g);
   app->add_option("--image", a.image, "k8s: container image with strata and Open MPI")->group(g);
-  app->add_option("--k8s-kind", a.k8s_kind, "k8s: mpijob (MPI Operator) or volcano")
+  app->add_option_function<std::string>(
+         "--k8s-kind",
+         [&a](const std::string& v) { a.k8s_kind = parse_enum<launch::K8sKind>("--k8s-kind", v); },
+         "k8s: mpijob (MPI Operator, the default) or volcano")
       ->check(CLI::IsMember({"mpijob", "volcano"}))
-      ->capture_default_str()
       ->group(g);
   app->add_option("--namespace", a.k8s_namespace, "k8s: namespace")->group(g);
   app->add_option("--pvc", a.pvc,
@@ -74,16 +77,16 @@ void add_emit_options(CLI::App* app, EmitArgs& a) {
       ->group(g);
 }
 
-int emit_job(const EmitArgs& a, const RunConfig& config, const std::vector<std::string>& command,
+int emit_job(const EmitArgs& a, const RunPlan& plan, const std::vector<std::string>& command,
              int ranks, int max_restarts) {
-  const bool k8s = a.emit == "k8s";
+  const RunConfig& config = plan.config;
+  const bool k8s = a.emit == EmitKind::k8s;
   launch::JobSpec spec;
   spec.name = a.name.empty() ? job_name(config) : a.name;
   spec.ranks = ranks;
-  spec.tp = static_cast<int>(config.parallel.tp);
-  spec.pp = static_cast<int>(config.parallel.pp);
-  spec.dp = config.parallel.dp > 0 ? static_cast<int>(config.parallel.dp)
-                                   : ranks / std::max(1, spec.tp * spec.pp);
+  spec.tp = plan.layout.tp;
+  spec.pp = plan.layout.pp;
+  spec.dp = plan.layout.dp;
   spec.nodes = a.nodes;
   spec.gpus_per_node = a.gpus_per_node;
   spec.time = a.time;
@@ -136,7 +139,8 @@ int emit_job(const EmitArgs& a, const RunConfig& config, const std::vector<std::
   io::write_file_atomic(a.out, text);
   if (!k8s) ::chmod(a.out.c_str(), 0755);
   std::fprintf(stderr, "strata launch: wrote %s (%s: %d ranks on %d node%s, %d per node)%s\n",
-               a.out.c_str(), k8s ? (a.k8s_kind == "mpijob" ? "MPIJob" : "Volcano Job") : "sbatch",
+               a.out.c_str(),
+               k8s ? (a.k8s_kind == launch::K8sKind::mpijob ? "MPIJob" : "Volcano Job") : "sbatch",
                ranks, p.nodes, p.nodes == 1 ? "" : "s", p.ranks_per_node,
                k8s ? "; apply with kubectl apply -f" : "; submit with sbatch");
   return 0;

@@ -57,18 +57,18 @@ RankEnv detect_rank_env(const std::function<const char*(const char*)>& getenv_fn
     return env;
   }
   if (getenv_fn("OMPI_COMM_WORLD_RANK")) {
-    env.launcher = "mpirun";
+    env.launcher = Launcher::mpirun;
     env.rank = get("OMPI_COMM_WORLD_RANK", 0);
     env.local_rank = get("OMPI_COMM_WORLD_LOCAL_RANK", 0);
     env.world_size = get("OMPI_COMM_WORLD_SIZE", 0);
   } else if (getenv_fn("SLURM_PROCID")) {
-    env.launcher = "srun";
+    env.launcher = Launcher::srun;
     env.rank = get("SLURM_PROCID", 0);
     env.local_rank = get("SLURM_LOCALID", 0);
     env.world_size = get("SLURM_NTASKS", get("SLURM_NPROCS", 0));
   } else if (getenv_fn("PMIX_RANK")) {
     // A PMIx launcher (prterun, mpirun of Open MPI 5) exports the rank but not the size.
-    env.launcher = "mpirun";
+    env.launcher = Launcher::mpirun;
     env.rank = get("PMIX_RANK", 0);
     env.local_rank = 0;
     env.world_size = 0;

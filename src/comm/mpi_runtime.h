@@ -4,20 +4,29 @@
 // device, or decide whether this is a distributed run at all).
 #pragma once
 #include <functional>
-#include <string>
+#include <string_view>
+
+#include "core/enum_names.h"
 
 namespace strata {
 
+// Who started this process: nobody (a plain process), mpirun (or a PMIx launcher) or srun.
+enum class Launcher { none, mpirun, srun };
+template <>
+struct EnumNames<Launcher> {
+  static constexpr std::string_view names[] = {"none", "mpirun", "srun"};
+};
+
 struct RankEnv {
   int rank = 0;
-  int local_rank = 0;             // rank among the processes of this node
-  int world_size = 1;             // 0 when the launcher does not say (PMIx alone)
-  std::string launcher = "none";  // "mpirun" | "srun" | "none"
+  int local_rank = 0;  // rank among the processes of this node
+  int world_size = 1;  // 0 when the launcher does not say (PMIx alone)
+  Launcher launcher = Launcher::none;
 };
 
 // Reads Open MPI's OMPI_COMM_WORLD_{RANK,LOCAL_RANK,SIZE}, then SLURM's SLURM_{PROCID,LOCALID,
 // NTASKS} (srun), then PMIx's PMIX_RANK; none of them (or an Open MPI singleton, which exports
-// PMIX_RANK itself once initialised): a single process (rank 0 of 1, "none").
+// PMIX_RANK itself once initialised): a single process (rank 0 of 1, Launcher::none).
 // Makes no MPI call. A malformed value is an error naming the variable.
 RankEnv detect_rank_env();
 // The same over any lookup (tests): getenv_fn(name) returns the value or nullptr.

@@ -27,16 +27,36 @@ ProcessGroups ProcessGroups::create(const Layout& layout) {
                layout.world(), " or change parallel.*)");
   ProcessGroups g;
   g.layout_ = layout;
-  g.world_ = MpiComm::dup_world("world");
+  std::unique_ptr<MpiComm> world = MpiComm::dup_world("world");
   // Everyone has arrived (with the timeout) before the blocking splits below.
-  g.world_->barrier();
-  g.coord_ = layout.coord(g.world_->rank());
+  world->barrier();
+  g.coord_ = layout.coord(world->rank());
   const Layout::Coord c = g.coord_;
   // Color = the coordinates that stay fixed within the group; key = the one that varies.
-  g.tp_ = split(*g.world_, c.pp * layout.dp + c.dp, c.tp, "tp");
-  g.dp_ = split(*g.world_, c.pp * layout.tp + c.tp, c.dp, "dp");
-  g.pp_ = split(*g.world_, c.dp * layout.tp + c.tp, c.pp, "pp");
+  std::unique_ptr<MpiComm> tp = split(*world, c.pp * layout.dp + c.dp, c.tp, "tp");
+  std::unique_ptr<MpiComm> dp = split(*world, c.pp * layout.tp + c.tp, c.dp, "dp");
+  std::unique_ptr<MpiComm> pp = split(*world, c.dp * layout.tp + c.tp, c.pp, "pp");
+  g.mpi_ = {world.get(), dp.get(), tp.get(), pp.get()};
+  g.world_ = std::move(world);
+  g.dp_ = std::move(dp);
+  g.tp_ = std::move(tp);
+  g.pp_ = std::move(pp);
   return g;
+}
+
+ProcessGroups ProcessGroups::single() {
+  ProcessGroups g;
+  g.world_ = std::make_unique<SelfComm>("world");
+  g.dp_ = std::make_unique<SelfComm>("dp");
+  g.tp_ = std::make_unique<SelfComm>("tp");
+  g.pp_ = std::make_unique<SelfComm>("pp");
+  return g;  // Layout{} is tp = pp = dp = 1, zero 0; the coordinate is (0, 0, 0)
+}
+
+MpiComm& ProcessGroups::mpi(MpiComm* c) {
+  STRATA_CHECK(c != nullptr,
+               "ProcessGroups: the groups of a process that runs alone have no MPI communicator");
+  return *c;
 }
 
 void ProcessGroups::route_through(Routes routes) {

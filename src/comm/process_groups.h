@@ -5,6 +5,8 @@
 //   pp: the ranks that differ only in pp: pipeline send/recv of activations,
 //   world: all ranks (a duplicate of MPI_COMM_WORLD, so that its messages never mix with others).
 // Group rank = the coordinate along the group's axis, so group rank r of dp is data replica r.
+// A process that runs alone has the groups of a one-rank layout (single()): every group is a
+// SelfComm, so the trainer and the parallel layers take one path whatever the world size.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -12,6 +14,7 @@
 
 #include "comm/layout.h"
 #include "comm/mpi_comm.h"
+#include "comm/self_comm.h"
 
 namespace strata {
 
@@ -19,17 +22,21 @@ class ProcessGroups {
  public:
   // Collective over MPI_COMM_WORLD (mpi_init first); the world size must equal layout.world().
   static ProcessGroups create(const Layout& layout);
+  // One process without MPI: the layout tp = pp = dp = 1, zero 0, and every group a SelfComm.
+  static ProcessGroups single();
 
   // The groups' communicators: the MPI ones, or the routes installed by route_through.
   Comm& world() { return *active(world_, routes_.world); }
   Comm& dp() { return *active(dp_, routes_.dp); }
   Comm& tp() { return *active(tp_, routes_.tp); }
   Comm& pp() { return *active(pp_, routes_.pp); }
-  // The MPI communicators themselves (what a route wraps, whatever is installed).
-  MpiComm& mpi_world() { return *world_; }
-  MpiComm& mpi_dp() { return *dp_; }
-  MpiComm& mpi_tp() { return *tp_; }
-  MpiComm& mpi_pp() { return *pp_; }
+  // The groups are MPI communicators (create), not a lone process's (single).
+  bool has_mpi() const { return mpi_.world != nullptr; }
+  // The MPI communicators themselves (what a route wraps, whatever is installed); has_mpi() only.
+  MpiComm& mpi_world() { return mpi(mpi_.world); }
+  MpiComm& mpi_dp() { return mpi(mpi_.dp); }
+  MpiComm& mpi_tp() { return mpi(mpi_.tp); }
+  MpiComm& mpi_pp() { return mpi(mpi_.pp); }
   // Communicators of the same groups that take over from the MPI ones for every caller, e.g.
   // comm/nccl's DeviceHostComm (GPU buffers over NCCL, host buffers over the MPI group). A job on
   // GPUs installs them once, before any model or parallel code holds a group.
@@ -52,12 +59,16 @@ class ProcessGroups {
   Layout layout_;
   Layout::Coord coord_;
   std::vector<Comm*> all_active() const;
-  static Comm* active(const std::unique_ptr<MpiComm>& mpi, const std::unique_ptr<Comm>& route) {
-    return route ? route.get() : static_cast<Comm*>(mpi.get());
+  static Comm* active(const std::unique_ptr<Comm>& own, const std::unique_ptr<Comm>& route) {
+    return route ? route.get() : own.get();
   }
+  static MpiComm& mpi(MpiComm* c);
 
-  std::unique_ptr<MpiComm> world_, dp_, tp_, pp_;
-  Routes routes_;  // null entries: the MPI group serves
+  std::unique_ptr<Comm> world_, dp_, tp_, pp_;  // MpiComm (create) or SelfComm (single)
+  struct {
+    MpiComm *world = nullptr, *dp = nullptr, *tp = nullptr, *pp = nullptr;
+  } mpi_;          // the same objects as MPI communicators; null for single()
+  Routes routes_;  // null entries: the group's own communicator serves
 };
 
 }  // namespace strata

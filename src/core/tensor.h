@@ -7,14 +7,19 @@
 #include <string>
 
 #include "core/dtype.h"
+#include "core/enum_names.h"
 #include "core/error.h"
 
 namespace strata {
 
 // Where memory lives and kernels run: the one device enum (tensors, backends, the trainer).
 enum class Device : uint8_t { cpu, cuda };
+template <>
+struct EnumNames<Device> {
+  static constexpr std::string_view names[] = {"cpu", "cuda"};  // system.device
+};
 inline const char* device_name(Device d) {  // "cpu", "cuda"
-  return d == Device::cuda ? "cuda" : "cpu";
+  return enum_name(d).data();
 }
 
 struct Tensor {

@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include "core/enum_names.h"
+
 namespace strata {
 
 struct FilterConfig {
@@ -13,8 +15,15 @@ struct FilterConfig {
   double max_nonprint_fraction = 0.1;  // drop documents with more control characters than this
 };
 
+// data.source: random tokens, text files prepared at start-up, or prepared shards in data.dir.
+enum class DataSource { synthetic, text, shards };
+template <>
+struct EnumNames<DataSource> {
+  static constexpr std::string_view names[] = {"synthetic", "text", "shards"};
+};
+
 struct DataConfig {
-  std::string source = "synthetic";         // "synthetic", "text" (prepare from text) or "shards"
+  DataSource source = DataSource::synthetic;
   std::vector<std::string> text;            // text files for source = "text"
   std::string dir = "data/default";         // prepared data: tokenizer.json, train_*.bin, val_*.bin
   std::string document_separator = "\n\n";  // how a text file is split into documents

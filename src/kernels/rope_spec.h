@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "core/enum_names.h"
+
 #if defined(__CUDACC__)
 #define STRATA_HOST_DEVICE __host__ __device__
 #else
@@ -14,6 +16,10 @@
 namespace strata {
 
 enum class RopeScaling { none, llama3 };
+template <>
+struct EnumNames<RopeScaling> {
+  static constexpr std::string_view names[] = {"none", "llama3"};  // model.rope_scaling
+};
 
 struct RopeSpec {
   double theta = 10000.0;

@@ -370,14 +370,12 @@ std::vector<nlohmann::ordered_json> k8s_documents(const JobSpec& spec) {
   STRATA_CHECK(!spec.image.empty(),
                "--emit k8s needs --image: a container image with strata "
                "on PATH (and Open MPI with sshd, as the MPI Operator expects)");
-  STRATA_CHECK(spec.k8s_kind == "mpijob" || spec.k8s_kind == "volcano", "--k8s-kind '",
-               spec.k8s_kind, "': expected mpijob or volcano");
   ojson config_map = {{"apiVersion", "v1"}, {"kind", "ConfigMap"}};
   config_map["metadata"] = metadata(spec, spec.name + "-config");
   ojson data = ojson::object();
   for (const auto& [name, text] : spec.files) data[name] = text;
   config_map["data"] = data;
-  return {config_map, spec.k8s_kind == "mpijob" ? mpijob(spec, p) : volcano_job(spec, p)};
+  return {config_map, spec.k8s_kind == K8sKind::mpijob ? mpijob(spec, p) : volcano_job(spec, p)};
 }
 
 std::string emit_k8s(const JobSpec& spec) {

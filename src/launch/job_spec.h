@@ -20,6 +20,19 @@
 #include <utility>
 #include <vector>
 
+#include "core/enum_names.h"
+
+namespace strata {
+namespace launch {
+// --k8s-kind: the MPI Operator's MPIJob, or a Volcano Job.
+enum class K8sKind { mpijob, volcano };
+}  // namespace launch
+template <>
+struct EnumNames<launch::K8sKind> {
+  static constexpr std::string_view names[] = {"mpijob", "volcano"};
+};
+}  // namespace strata
+
 namespace strata::launch {
 
 struct JobSpec {
@@ -40,8 +53,8 @@ struct JobSpec {
   std::string workdir;                                   // sbatch --chdir; k8s workingDir
   std::vector<std::pair<std::string, std::string>> env;  // forwarded to every rank
   // Kubernetes
-  std::string k8s_kind = "mpijob";  // "mpijob" or "volcano"
-  std::string image;                // container image with strata on PATH
+  K8sKind k8s_kind = K8sKind::mpijob;
+  std::string image;  // container image with strata on PATH
   std::string k8s_namespace;
   std::string pvc;  // a PersistentVolumeClaim mounted at workdir (run directories, data)
   // Files placed in the ConfigMap and mounted at /etc/strata (name, text): the config and a

@@ -8,17 +8,6 @@
 
 namespace strata {
 
-Recompute recompute_from_name(const std::string& name) {
-  if (name == "none") return Recompute::none;
-  if (name == "selective") return Recompute::selective;
-  if (name == "full") return Recompute::full;
-  fail("train.recompute: unknown mode '", name, "' (expected \"none\", \"selective\" or \"full\")");
-}
-
-const char* recompute_name(Recompute r) {
-  return r == Recompute::none ? "none" : r == Recompute::selective ? "selective" : "full";
-}
-
 namespace {
 
 // The buffers below are planned once, against "an arena" A: the Arena (allocation) or a

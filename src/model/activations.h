@@ -13,6 +13,7 @@
 #include "core/dtype.h"
 #include "kernels/backend.h"
 #include "model/config.h"
+#include "model/recompute_mode.h"
 #include "model/shard.h"
 
 namespace strata {
@@ -43,15 +44,6 @@ struct LayerActivations {
   uint16_t* mlp_norm_lp = nullptr;   // [ns, c]
   uint16_t* mlp_act_lp = nullptr;    // [n, f]
 };
-
-// Activation recomputation (Korthikanti et al. 2022): what a layer keeps for backward.
-//   none:      everything below.
-//   selective: everything but the attention probabilities [b, nh, t, t], which backward
-//              recomputes from q and k (the "5as/h" term); flash attention keeps none anyway.
-//   full:      only the block output (the next block's input); backward reruns the block.
-enum class Recompute { none, selective, full };
-Recompute recompute_from_name(const std::string& name);  // error names train.recompute
-const char* recompute_name(Recompute r);
 
 // Which layers of a chunk recompute: the first `layers` of it (0: all), as Megatron's "block"
 // method does per pipeline stage.

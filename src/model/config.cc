@@ -5,37 +5,6 @@
 
 namespace strata {
 
-namespace {
-struct FamilyName {
-  ModelFamily family;
-  const char* name;
-};
-constexpr FamilyName kFamilies[] = {
-    {ModelFamily::gpt2, "gpt2"}, {ModelFamily::llama, "llama"}, {ModelFamily::qwen3, "qwen3"}};
-}  // namespace
-
-const char* family_name(ModelFamily f) {
-  for (const FamilyName& e : kFamilies)
-    if (e.family == f) return e.name;
-  fail("unknown model family ", static_cast<int>(f));
-}
-
-ModelFamily family_from_name(const std::string& name) {
-  for (const FamilyName& e : kFamilies)
-    if (name == e.name) return e.family;
-  fail("model.family: unknown family '", name, "' (expected \"gpt2\", \"llama\" or \"qwen3\")");
-}
-
-const char* rope_scaling_name(RopeScaling s) {
-  return s == RopeScaling::llama3 ? "llama3" : "none";
-}
-
-RopeScaling rope_scaling_from_name(const std::string& name) {
-  if (name == "none") return RopeScaling::none;
-  if (name == "llama3") return RopeScaling::llama3;
-  fail("model.rope_scaling: unknown kind '", name, "' (expected \"none\" or \"llama3\")");
-}
-
 RopeSpec ModelConfig::rope() const {
   return RopeSpec{.theta = double(rope_theta),
                   .scaling = rope_scaling,
@@ -89,8 +58,6 @@ void ModelConfig::finalize() {
   STRATA_CHECK(vocab_size >= 2, "model.vocab_size: must be at least 2, got ", vocab_size);
   STRATA_CHECK(max_seq_len >= 1, "model.max_seq_len: must be at least 1, got ", max_seq_len);
   STRATA_CHECK(norm_eps > 0, "model.norm_eps: must be positive, got ", norm_eps);
-  STRATA_CHECK(attention == "naive" || attention == "flash", "model.attention: unknown kernel '",
-               attention, "' (expected \"naive\" or \"flash\")");
 }
 
 int64_t ModelConfig::num_params(bool include_positions) const {

@@ -12,6 +12,18 @@
 namespace strata {
 
 enum class ModelFamily { gpt2, llama, qwen3 };
+template <>
+struct EnumNames<ModelFamily> {
+  static constexpr std::string_view names[] = {"gpt2", "llama", "qwen3"};  // model.family
+};
+
+// model.attention: "naive" keeps the T×T probabilities for backward; "flash" keeps only the
+// log-sum-exp per query row and recomputes scores per tile (memory linear in T).
+enum class AttentionKernel { naive, flash };
+template <>
+struct EnumNames<AttentionKernel> {
+  static constexpr std::string_view names[] = {"naive", "flash"};
+};
 
 struct ModelConfig {
   ModelFamily family = ModelFamily::gpt2;
@@ -37,15 +49,13 @@ struct ModelConfig {
   int64_t attn_head_dim = 0;
   bool tie_embeddings = true;  // gpt2 default true, llama default false
   float init_std = 0.02f;
-  // Attention kernel: "naive" keeps the T×T probabilities for backward; "flash" keeps only the
-  // log-sum-exp per query row and recomputes scores per tile (memory linear in T).
-  std::string attention = "naive";
+  AttentionKernel attention = AttentionKernel::naive;
 
   // Derived values, valid after finalize().
   int64_t head_dim() const { return attn_head_dim > 0 ? attn_head_dim : d_model / n_head; }
   int64_t kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
   int64_t qkv_width() const { return (n_head + 2 * kv_heads()) * head_dim(); }
-  bool flash_attention() const { return attention == "flash"; }
+  bool flash_attention() const { return attention == AttentionKernel::flash; }
   RopeSpec rope() const;
 
   // Fills defaults that depend on the family and checks consistency; throws strata::Error
@@ -61,9 +71,11 @@ inline int64_t swiglu_hidden(int64_t d_model) {
   return ((8 * d_model / 3) + 63) / 64 * 64;
 }
 
-const char* family_name(ModelFamily f);
-ModelFamily family_from_name(const std::string& name);  // throws naming the key model.family
-const char* rope_scaling_name(RopeScaling s);
-RopeScaling rope_scaling_from_name(const std::string& name);  // throws naming model.rope_scaling
+inline const char* family_name(ModelFamily f) {
+  return enum_name(f).data();
+}
+inline ModelFamily family_from_name(const std::string& name) {  // throws naming model.family
+  return parse_enum<ModelFamily>("model.family", name);
+}
 
 }  // namespace strata

@@ -75,12 +75,12 @@ float clip_coefficient(double norm, float max_norm) {
 float learning_rate(const OptimConfig& config, int64_t step, int64_t total_steps) {
   if (step < config.warmup_steps)
     return config.lr * static_cast<float>(step + 1) / static_cast<float>(config.warmup_steps);
-  if (config.decay == "constant") return config.lr;
+  if (config.decay == LrDecay::constant) return config.lr;
   const int64_t decay_steps = std::max<int64_t>(1, total_steps - config.warmup_steps);
   const double progress = std::min(
       1.0, static_cast<double>(step - config.warmup_steps) / static_cast<double>(decay_steps));
   const double shape =
-      config.decay == "linear" ? 1.0 - progress : 0.5 * (1.0 + std::cos(M_PI * progress));
+      config.decay == LrDecay::linear ? 1.0 - progress : 0.5 * (1.0 + std::cos(M_PI * progress));
   return static_cast<float>(config.min_lr + shape * (config.lr - config.min_lr));
 }
 

@@ -3,13 +3,29 @@
 #include <cstdint>
 #include <string>
 
+#include "core/enum_names.h"
+
 namespace strata {
+
+// optim.decay: the learning rate after warmup, down to min_lr.
+enum class LrDecay { cosine, linear, constant };
+template <>
+struct EnumNames<LrDecay> {
+  static constexpr std::string_view names[] = {"cosine", "linear", "constant"};
+};
+
+// optim.offload: where the f32 master weights and Adam moments live (below).
+enum class OptimizerOffload { none, nvme, cpu };
+template <>
+struct EnumNames<OptimizerOffload> {
+  static constexpr std::string_view names[] = {"none", "nvme", "cpu"};
+};
 
 struct OptimConfig {
   float lr = 6e-4f;
   float min_lr = 6e-5f;  // floor of the decay
   int64_t warmup_steps = 20;
-  std::string decay = "cosine";  // "cosine", "linear" or "constant"
+  LrDecay decay = LrDecay::cosine;
   float beta1 = 0.9f;
   float beta2 = 0.95f;
   float eps = 1e-8f;
@@ -19,7 +35,7 @@ struct OptimConfig {
   // streamed through chunk buffers (optim/offload.h); offload_dir defaults to <run.dir>/offload
   // (one subdirectory per rank). "cpu": ZeRO-Offload, the state in host memory and the update on
   // the host, streamed to and from the device in offload_chunk_mb chunks (optim/host_offload.h).
-  std::string offload = "none";
+  OptimizerOffload offload = OptimizerOffload::none;
   std::string offload_dir;
   double offload_chunk_mb = 4;
 };

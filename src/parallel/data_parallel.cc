@@ -84,7 +84,8 @@ void stage_buffers(A& arena, const DataParallelOptions& o, int dp, int64_t flat,
                    int64_t max_padded, uint16_t*& reduce_lp, float*& shard_grads,
                    GradSlots& grad_slots, float*& shard_params, ParamSlots& param_slots) {
   const bool bf16 = o.reduce_dtype == DType::bf16;
-  if (bf16 && o.zero < 2)
+  // Stages 0/1 on one rank reduce nothing (launch_bucket), so they need no bf16 copy either.
+  if (bf16 && o.zero < 2 && dp > 1)
     reduce_lp = arena.template alloc<uint16_t>(MemCategory::comm, flat, "gradients in bf16");
   if (o.zero >= 2) {
     shard_grads = arena.template alloc<float>(MemCategory::grads, shard, "gradient shard");
@@ -209,6 +210,9 @@ void DataParallel::launch_bucket(int k) {
   Bucket& b = buckets_[k];
   const bool bf16 = opt_.reduce_dtype == DType::bf16;
   if (opt_.zero < 2) {
+    // One rank (a process that runs alone, or a job of one): the average over one replica is the
+    // gradient itself; nothing is sent, and bf16 does not round it.
+    if (size_ == 1) return;
     if (bf16) {
       backend().to_lowp(DType::bf16, reduce_lp_ + b.start, params_->grads() + b.start, b.padded);
       pending_.push_back(

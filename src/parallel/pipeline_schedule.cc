@@ -61,26 +61,6 @@ std::optional<PipelineAction> output_of(const PipelineAction& a, int p, int v, i
 
 }  // namespace
 
-ScheduleKind parse_schedule_kind(const std::string& name) {
-  if (name == "gpipe") return ScheduleKind::gpipe;
-  if (name == "1f1b") return ScheduleKind::one_f_one_b;
-  if (name == "interleaved") return ScheduleKind::interleaved;
-  fail("parallel.schedule = \"", name, "\" is not a pipeline schedule; use \"gpipe\", \"1f1b\" or ",
-       "\"interleaved\"");
-}
-
-const char* to_string(ScheduleKind kind) {
-  switch (kind) {
-    case ScheduleKind::gpipe:
-      return "gpipe";
-    case ScheduleKind::one_f_one_b:
-      return "1f1b";
-    case ScheduleKind::interleaved:
-      return "interleaved";
-  }
-  return "?";
-}
-
 const char* to_string(ActionKind kind) {
   switch (kind) {
     case ActionKind::forward:

@@ -28,6 +28,8 @@
 #include <string>
 #include <vector>
 
+#include "core/enum_names.h"
+
 namespace strata {
 
 enum class ActionKind { forward, backward, send_activation, recv_activation, send_grad, recv_grad };
@@ -42,10 +44,14 @@ struct PipelineAction {
 };
 
 enum class ScheduleKind { gpipe, one_f_one_b, interleaved };
-
-// "gpipe" | "1f1b" | "interleaved"; anything else is an Error naming parallel.schedule.
-ScheduleKind parse_schedule_kind(const std::string& name);
-const char* to_string(ScheduleKind kind);
+template <>
+struct EnumNames<ScheduleKind> {
+  static constexpr std::string_view names[] = {"gpipe", "1f1b",
+                                               "interleaved"};  // parallel.schedule
+};
+inline const char* to_string(ScheduleKind kind) {
+  return enum_name(kind).data();
+}
 const char* to_string(ActionKind kind);
 std::string to_string(const PipelineAction& action);  // "forward mb=3 chunk=1", "+ peer=5"
 

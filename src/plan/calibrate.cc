@@ -23,6 +23,7 @@
 #include "kernels/cpu/flash_attention.h"
 #include "kernels/cpu/kernels.h"
 #include "plan/perf_terms.h"
+#include "run/config.h"
 
 namespace strata {
 
@@ -71,8 +72,7 @@ struct Shape {
 };
 
 // Forward + dx + dw of a linear layer of `rows` rows: FLOP/s, the median over the shapes.
-double gemm_rate(const std::string& dtype, int64_t rows, const std::vector<Shape>& shapes,
-                 int reps) {
+double gemm_rate(Precision precision, int64_t rows, const std::vector<Shape>& shapes, int reps) {
   std::vector<double> rates;
   for (const Shape& s : shapes) {
     const int64_t n = rows, in = s.in, out = s.out;
@@ -82,13 +82,13 @@ double gemm_rate(const std::string& dtype, int64_t rows, const std::vector<Shape
     std::function<void()> step;
     std::vector<uint16_t> x16, w16, dy16, dy_scratch;
     std::vector<float> wide;
-    if (dtype == "f32") {
+    if (precision == Precision::f32) {
       step = [&] {
         k::gemm(false, true, n, out, in, 1.0f, x.data(), in, w.data(), in, 0.0f, y.data(), out);
         k::gemm(false, false, n, in, out, 1.0f, dy.data(), out, w.data(), in, 0.0f, dx.data(), in);
         k::gemm(true, false, out, in, n, 1.0f, dy.data(), out, x.data(), in, 1.0f, dw.data(), in);
       };
-    } else if (dtype == "bf16") {
+    } else if (precision == Precision::bf16) {
       x16 = lowp(DType::bf16, x);
       w16 = lowp(DType::bf16, w);
       dy16 = lowp(DType::bf16, dy);
@@ -341,9 +341,9 @@ ComputeMeasurement measure_compute(bool quick) {
             : std::vector<Shape>{{512, 1536}, {512, 512}, {512, 2048}, {2048, 512}};
   const int saved = omp_get_max_threads();
   omp_set_num_threads(1);
-  m.gemm_f32 = gemm_rate("f32", rows, shapes, reps);
-  m.gemm_bf16 = gemm_rate("bf16", rows, shapes, reps);
-  m.gemm_fp16 = gemm_rate("fp16", rows, shapes, reps);
+  m.gemm_f32 = gemm_rate(Precision::f32, rows, shapes, reps);
+  m.gemm_bf16 = gemm_rate(Precision::bf16, rows, shapes, reps);
+  m.gemm_fp16 = gemm_rate(Precision::fp16, rows, shapes, reps);
 
   // Attention, b 4, T 256, 8 heads of 64 (flash: FlashAttention-2's 2.5x backward counting).
   {

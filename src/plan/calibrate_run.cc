@@ -194,7 +194,7 @@ ClusterProfile calibrated_profile(const ComputeMeasurement& c, const CommMeasure
   p.max_nodes = 1;
   DeviceProfile& d = p.device;
   d.name = c.cpu;
-  d.kind = "cpu";
+  d.kind = Device::cpu;
   d.cores = c.cores;
   d.memory_capacity_bytes = c.memory_bytes / c.cores;
   d.memory_bytes = d.memory_capacity_bytes;
@@ -309,7 +309,7 @@ int run_calibrate(const CalibrateOptions& o) {
     return 0;
   }
   const RankEnv env = detect_rank_env();
-  if (env.launcher != "none" && env.world_size != 1) {  // one rank of mpirun / srun
+  if (env.launcher != Launcher::none && env.world_size != 1) {  // one rank of mpirun / srun
     MpiSession mpi;
     const int rank = mpi_world_rank();
     ComputeMeasurement c;

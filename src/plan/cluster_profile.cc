@@ -33,11 +33,15 @@ const char* collective_name(CollectiveOp op) {
   return "?";
 }
 
-double DeviceProfile::matrix_flops(const std::string& precision) const {
-  if (precision == "bf16") return flops_bf16;
-  if (precision == "fp16") return flops_fp16;
-  STRATA_CHECK(precision == "f32", "train.precision must be f32, bf16 or fp16, got '", precision,
-               "'");
+double DeviceProfile::matrix_flops(Precision precision) const {
+  switch (precision) {
+    case Precision::bf16:
+      return flops_bf16;
+    case Precision::fp16:
+      return flops_fp16;
+    case Precision::f32:
+      break;
+  }
   return flops_f32;
 }
 
@@ -157,9 +161,10 @@ DeviceProfile parse_device(const toml::table& t, const std::string& source,
                 "thread_efficiency", "available_cores", "efficiency", "sources", "source"});
   DeviceProfile d;
   d.name = s.string("name", "", true);
-  d.kind = s.string("kind", "gpu");
-  STRATA_CHECK(d.kind == "gpu" || d.kind == "cpu", s.where("kind"),
-               ": must be \"gpu\" or \"cpu\", got \"", d.kind, "\"");
+  const std::string kind = s.string("kind", "gpu");
+  STRATA_CHECK(kind == "gpu" || kind == "cpu", s.where("kind"),
+               ": must be \"gpu\" or \"cpu\", got \"", kind, "\"");
+  d.kind = kind == "gpu" ? Device::cuda : Device::cpu;
   const double gib = 1024.0 * 1024.0 * 1024.0;
   const double mem = s.number("memory_gib", 0, true), reserved = s.number("reserved_gib", 0);
   STRATA_CHECK(reserved < mem, s.where("reserved_gib"), " (", reserved,
@@ -176,9 +181,9 @@ DeviceProfile parse_device(const toml::table& t, const std::string& source,
   d.mem_bandwidth = s.number("memory_bandwidth_gb_s", 0, true) * 1e9;
   STRATA_CHECK(d.mem_bandwidth > 0, s.where("memory_bandwidth_gb_s"), " must be above 0");
   d.cores = static_cast<int64_t>(s.number("cores", 0));
-  STRATA_CHECK(d.kind == "gpu" || d.cores > 0, s.where("cores"),
+  STRATA_CHECK(d.kind == Device::cuda || d.cores > 0, s.where("cores"),
                " is required for kind = \"cpu\": the rates are per core");
-  if (d.kind == "gpu") d.cores = 0;
+  if (d.kind == Device::cuda) d.cores = 0;
   d.thread_efficiency = s.number("thread_efficiency", 1.0);
   d.available_cores = s.number("available_cores", 0);
   d.mem_bandwidth_node = s.number("memory_bandwidth_node_gb_s", 0) * 1e9;

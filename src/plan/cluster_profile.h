@@ -11,11 +11,14 @@
 #include <string>
 #include <vector>
 
+#include "core/tensor.h"
+#include "run/config.h"
+
 namespace strata {
 
 struct DeviceProfile {
   std::string name;
-  std::string kind = "gpu";           // "gpu" or "cpu"
+  Device kind = Device::cuda;         // kind = "gpu" (Device::cuda) or "cpu"
   int64_t memory_bytes = 0;           // usable device memory per GPU (per rank on a CPU)
   int64_t memory_capacity_bytes = 0;  // what the datasheet says (memory_bytes + reserved)
   double flops_bf16 = 0;              // dense peak matrix FLOP/s per dtype
@@ -45,8 +48,8 @@ struct DeviceProfile {
   // of mem_bandwidth, fused and vocabulary-parallel (tp > 1); 0: memory_efficiency.
   double cross_entropy_efficiency = 0;
   double vocab_parallel_ce_efficiency = 0;
-  std::string source;                                       // where the numbers come from
-  double matrix_flops(const std::string& precision) const;  // "f32", "bf16" or "fp16"
+  std::string source;  // where the numbers come from
+  double matrix_flops(Precision precision) const;
   bool is_cpu() const { return cores > 0; }
   // The cores one rank computes on: min(threads, cores / ranks on its node) for a CPU
   // (threads <= 0 means all cores), 1 for a GPU.

@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "model/shard.h"
 #include "parallel/pipeline_schedule.h"
+#include "run/run_plan.h"
 
 namespace strata {
 
@@ -16,11 +17,6 @@ std::vector<int64_t> powers_of_two_up_to(int64_t limit) {
   std::vector<int64_t> out;
   for (int64_t v = 1; v <= limit; v *= 2) out.push_back(v);
   return out;
-}
-
-// The micro-batches of a step: parallel.micro_batches, or train.grad_accum.
-int64_t micro_batches(const RunConfig& c) {
-  return c.parallel.micro_batches > 0 ? c.parallel.micro_batches : c.train.grad_accum;
 }
 
 // Whether the engine can split the model this way (model/shard.cc's and the schedule's rules,
@@ -42,19 +38,19 @@ bool better(const PlannedLayout& a, const PlannedLayout& b) {
 
 std::string PlannedLayout::describe() const {
   const ParallelConfig& p = config.parallel;
-  const int64_t dp = world / (p.tp * p.pp);
+  const int64_t dp = data_parallel_size(p, world);
   std::string s = cat("tp ", p.tp, " pp ", p.pp, " dp ", dp);
   if (p.vpp > 1) s += cat(" vpp ", p.vpp);
   if (p.sp) s += " sp";
   s += cat(" zero ", p.zero, ", micro-batch ", config.train.batch_size, " x ",
-           micro_batches(config), ", recompute ", config.train.recompute);
-  if (config.optim.offload != "none") s += cat(", offload ", config.optim.offload);
+           micro_batches_per_step(config), ", recompute ", config.train.recompute);
+  if (config.optim.offload != OptimizerOffload::none) s += cat(", offload ", config.optim.offload);
   return s;
 }
 
 int64_t config_global_batch(const RunConfig& c, int64_t world) {
-  const int64_t dp = c.parallel.dp > 0 ? c.parallel.dp : world / (c.parallel.tp * c.parallel.pp);
-  return c.train.batch_size * micro_batches(c) * dp;
+  const int64_t dp = data_parallel_size(c.parallel, world);
+  return c.train.batch_size * micro_batches_per_step(c) * dp;
 }
 
 int64_t rank_capacity(const RunConfig& config, const ClusterProfile* cluster) {
@@ -65,7 +61,7 @@ int64_t rank_capacity(const RunConfig& config, const ClusterProfile* cluster) {
 
 MemoryModelOptions memory_options(const ClusterProfile* cluster) {
   MemoryModelOptions o;
-  if (cluster != nullptr) o.device = cluster->device.kind == "gpu" ? Device::cuda : Device::cpu;
+  if (cluster != nullptr) o.device = cluster->device.kind;
   return o;
 }
 
@@ -94,8 +90,9 @@ SearchResult search_layouts(const RunConfig& base, const ClusterProfile& cluster
   // Tensor parallelism stays inside a node (its collectives run every layer).
   const int64_t max_tp = std::max<int64_t>(1, std::min(cluster.gpus_per_node, m.n_head));
   // Selective recomputation drops only the T x T probabilities, which flash attention never keeps.
-  std::vector<std::string> recompute_modes = {"none", "full"};
-  if (!m.flash_attention()) recompute_modes.insert(recompute_modes.begin() + 1, "selective");
+  std::vector<Recompute> recompute_modes = {Recompute::none, Recompute::full};
+  if (!m.flash_attention())
+    recompute_modes.insert(recompute_modes.begin() + 1, Recompute::selective);
 
   MemoryModelOptions quiet = memory_options(&cluster);
   quiet.explain = false;  // the arithmetic is written again for the layouts kept
@@ -103,7 +100,10 @@ SearchResult search_layouts(const RunConfig& base, const ClusterProfile& cluster
   for (int64_t tp : powers_of_two_up_to(max_tp)) {
     for (int64_t pp = 1; pp <= std::min(m.n_layer, gpus / tp); ++pp) {
       if (gpus % (tp * pp) != 0) continue;
-      const int64_t dp = gpus / (tp * pp);
+      ParallelConfig candidate;
+      candidate.tp = tp;
+      candidate.pp = pp;
+      const int64_t dp = data_parallel_size(candidate, gpus);
       if (result.global_batch % dp != 0) continue;
       const int64_t per_replica = result.global_batch / dp;  // sequences per pipeline per step
       for (int64_t vpp : powers_of_two_up_to(pp > 1 ? m.n_layer / pp : 1)) {
@@ -116,7 +116,7 @@ SearchResult search_layouts(const RunConfig& base, const ClusterProfile& cluster
             if (!splits(m, tp, pp, vpp, sp != 0, mb * seq)) continue;
             for (int64_t zero = 0; zero <= (pp > 1 ? 1 : 3); ++zero) {
               if (dp == 1 && zero > 0) continue;  // nothing to shard over
-              for (const std::string& recompute : recompute_modes) {
+              for (const Recompute recompute : recompute_modes) {
                 RunConfig c = base;
                 ParallelConfig& p = c.parallel;
                 p.tp = tp;
@@ -125,7 +125,7 @@ SearchResult search_layouts(const RunConfig& base, const ClusterProfile& cluster
                 p.vpp = vpp;
                 p.sp = sp != 0;
                 p.zero = zero;
-                p.schedule = vpp > 1 ? "interleaved" : "1f1b";
+                p.schedule = vpp > 1 ? ScheduleKind::interleaved : ScheduleKind::one_f_one_b;
                 p.micro_batches = 0;
                 p.stage_layers.clear();
                 c.train.batch_size = mb;

@@ -62,6 +62,13 @@ void put(std::string& s, const char* x) {
 void put(std::string& s, const std::string& x) {
   s += x;
 }
+template <class E>
+requires requires {
+  EnumNames<E>::names;
+}
+void put(std::string& s, E v) {  // an option enum: its name
+  s += enum_name(v);
+}
 template <std::integral T>
 void put(std::string& s, T v) {
   char buf[24];
@@ -177,10 +184,10 @@ Probe probe_params(const ModelConfig& mc, const ModelShard& shard) {
 
 // Everything about a run that does not depend on the pipeline stage.
 struct Run {
+  RunPlan plan;  // resolve_run_plan: what the trainer of each rank builds from the config
   const RunConfig* config = nullptr;
   ModelConfig mc;
   Layout layout;
-  bool groups = false;  // process groups (mpirun / srun / strata launch), or one plain process
   int64_t tokens = 0, micro_batches = 1;
   int threads = 1;
   DType precision = DType::f32;
@@ -200,28 +207,20 @@ struct Run {
 
 Run resolve_run(const RunConfig& config, int64_t world, const MemoryModelOptions& options) {
   Run r;
+  r.plan = resolve_run_plan(config, world, options.under_launcher);
+  const RunPlan& plan = r.plan;
   r.config = &config;
-  r.mc = config.model;
-  r.mc.finalize();
-  const ParallelConfig& p = config.parallel;
-  // apps/strata/cmd_train.cc: one rank without a launcher and a 1x1x1 layout runs without MPI.
-  r.groups = options.under_launcher || world > 1 || p.tp * p.pp * std::max<int64_t>(1, p.dp) > 1;
-  if (r.groups) {
-    r.layout =
-        resolve_layout(static_cast<int>(p.tp), static_cast<int>(p.pp), static_cast<int>(p.dp),
-                       static_cast<int>(p.zero), static_cast<int>(world));
-  } else {
-    r.layout.zero = 0;  // the one-process trainer has no data-parallel layer
-  }
-  r.tokens = config.train.batch_size * config.train.seq_len;
-  r.micro_batches = micro_batches_per_step(config);
+  r.mc = plan.model;
+  r.layout = plan.layout;
+  r.tokens = plan.tokens;
+  r.micro_batches = plan.micro_batches;
   r.threads = options.threads > 0         ? options.threads
               : config.system.threads > 0 ? static_cast<int>(config.system.threads)
                                           : omp_get_max_threads();
-  r.precision = train_precision(config.train);
-  r.device = options.device.value_or(config.system.device == "cuda" ? Device::cuda : Device::cpu);
-  r.recompute = recompute_policy(config.train);
-  r.dp_options = data_parallel_options(p);
+  r.precision = plan.precision;
+  r.device = options.device.value_or(plan.device);
+  r.recompute = plan.recompute;
+  r.dp_options = plan.data_parallel;
   return r;
 }
 
@@ -235,12 +234,9 @@ MemoryEstimate estimate_stage(const Run& r, int pp_rank, bool explain) {
                " is outside parallel.pp = ", pp);
   const int64_t batch = config.train.batch_size, seq_len = config.train.seq_len;
   const bool lowp = r.precision != DType::f32;
-  const bool sharded_model = r.groups && (tp > 1 || pp > 1);
+  const bool sharded_model = r.plan.sharded_model();
   // Trainer::build_model: the shard of tp rank 0 at this pipeline stage.
-  const ModelShard shard = sharded_model
-                               ? make_shard(mc, tp, 0, p.sp, pp, pp_rank, static_cast<int>(p.vpp),
-                                            r.tokens, p.stage_layers)
-                               : ModelShard::whole(mc);
+  const ModelShard shard = r.plan.shard_for(0, pp_rank);
   const Probe& probe = r.probe(shard);
 
   MemoryEstimate e;
@@ -263,14 +259,10 @@ MemoryEstimate estimate_stage(const Run& r, int pp_rank, bool explain) {
   if (shard.has_head) groups.back() = probe.head.elements;
   int64_t unpadded = 0;
   for (int64_t g : groups) unpadded += g;
-  DataParallel::Sizes sizes;
-  if (r.groups) {
-    sizes = DataParallel::sizes(groups, r.dp_options.bucket_elements, dp);
-  } else {
-    sizes.flat = unpadded;
-  }
+  // Every run has a DataParallel (one rank: no padding, no staging, nothing sharded).
+  const DataParallel::Sizes sizes = DataParallel::sizes(groups, r.dp_options.bucket_elements, dp);
   const int64_t flat = sizes.flat;
-  const bool resident_params = !r.groups || zero < 3, resident_grads = !r.groups || zero < 2;
+  const bool resident_params = zero < 3, resident_grads = zero < 2;
   const int param_category = lowp ? kMaster : kParams;
   const std::string pad = explain && flat > unpadded
                               ? txt(" (", N{unpadded}, " + ", N{flat - unpadded}, " padding)")
@@ -290,7 +282,7 @@ MemoryEstimate estimate_stage(const Run& r, int pp_rank, bool explain) {
     note(kParams, "16-bit working copy of ", resident_params ? "all " : "the largest group, ",
          N{copy}, " params x 2 B = ", B{2 * copy});
   }
-  if (r.groups) {
+  {
     const MemBytes dp_bytes = DataParallel::setup_bytes(r.dp_options, dp, sizes);
     for (int c = 0; c < kNumMemCategories; ++c) add(c, dp_bytes[c]);
     if (dp_bytes[kParams] > 0)
@@ -306,14 +298,14 @@ MemoryEstimate estimate_stage(const Run& r, int pp_rank, bool explain) {
 
   // ---- optimizer (Trainer::make_optimizer: AdamW, OffloadedAdamW or HostOffloadAdamW)
   // ---------------------------
-  const int64_t state = r.groups && zero >= 1 ? sizes.shard : flat;
-  const std::string state_text = !explain                ? std::string()
-                                 : r.groups && zero >= 1 ? txt(N{state}, " params (", N{flat},
-                                                               " / dp ", dp, ", ZeRO-", zero, ")")
-                                                         : txt(N{state}, " params");
-  if (config.optim.offload == "nvme") {
+  const int64_t state = zero >= 1 ? sizes.shard : flat;
+  const std::string state_text =
+      !explain    ? std::string()
+      : zero >= 1 ? txt(N{state}, " params (", N{flat}, " / dp ", dp, ", ZeRO-", zero, ")")
+                  : txt(N{state}, " params");
+  if (r.plan.optimizer_offload == OptimizerOffload::nvme) {
     OffloadOptions o;
-    o.chunk_elements = offload_chunk_elements(config.optim);
+    o.chunk_elements = r.plan.offload_chunk_elements;
     const OffloadedAdamW::Buffering buf = OffloadedAdamW::buffering(state, o);
     const int64_t chunk = buf.chunk_elements * buf.buffers;
     add(kMaster, 4 * chunk);
@@ -322,7 +314,7 @@ MemoryEstimate estimate_stage(const Run& r, int pp_rank, bool explain) {
          " x 4 B = ", B{4 * chunk}, " (", state_text, " on disk)");
     note(kOptimizer, "2 moments x ", buf.buffers, " offload chunks x ", N{buf.chunk_elements},
          " x 4 B = ", B{8 * chunk});
-  } else if (config.optim.offload == "cpu") {
+  } else if (r.plan.optimizer_offload == OptimizerOffload::cpu) {
     // HostOffloadAdamW: master, moments and a gradient copy live in host memory, not the arena.
     note(kOptimizer, "0 B: master weights and 2 moments of ", state_text,
          " in host memory (optim.offload = \"cpu\", ", B{12 * state},
@@ -334,11 +326,11 @@ MemoryEstimate estimate_stage(const Run& r, int pp_rank, bool explain) {
 
   // ---- activations (Decoder: ActivationStore per chunk and slot) -------------------------------
   std::vector<int> slots(static_cast<size_t>(shard.num_chunks()), 1);
-  if (r.groups && pp > 1)
-    slots = pipeline_slots(parse_schedule_kind(p.schedule), pp, static_cast<int>(r.micro_batches),
+  if (pp > 1)
+    slots = pipeline_slots(r.plan.schedule, pp, static_cast<int>(r.micro_batches),
                            static_cast<int>(p.vpp), pp_rank);
   int64_t stores = 0;
-  const bool offload_acts = config.train.activation_offload;
+  const bool offload_acts = r.plan.offload_activations;
   for (int c = 0; c < shard.num_chunks(); ++c) {
     // Activation offload: the store without layers, and the offload's window and block outputs.
     const LayerRange layers = shard.chunks[c];
@@ -432,7 +424,7 @@ MemoryEstimate estimate_stage(const Run& r, int pp_rank, bool explain) {
            " x 4 B = ", B{4 * probe.tied_numel});
     }
   }
-  if (r.groups && pp > 1) {
+  if (pp > 1) {
     // PipelineExecutor: a gradient receive and send buffer per activation slot of each chunk.
     const int64_t boundary = shard.local_rows(r.tokens) * mc.d_model;
     const int64_t buffers = 2 * stores;

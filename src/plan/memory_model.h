@@ -26,10 +26,9 @@ struct MemoryEstimate {
 };
 
 struct MemoryModelOptions {
-  // How the ranks start. `strata train` on one rank without a launcher, with tp = pp = dp = 1,
-  // runs without MPI and without a data-parallel layer (parallel.zero and grad_reduce_dtype do not
-  // apply); under mpirun, srun or `strata launch` even one rank has process groups. false: assume
-  // the former when world == 1 and the layout is 1x1x1, the latter otherwise.
+  // How the ranks start. `strata train` on one rank without a launcher runs without MPI, on
+  // one-rank groups at ZeRO stage 0 (parallel.zero does not apply); under mpirun, srun or `strata
+  // launch` even one rank keeps parallel.zero. false: assume the former when world == 1.
   bool under_launcher = false;
   // OpenMP threads per rank, which size the attention kernels' per-thread backward scratch.
   // 0: system.threads, or when that is 0 too, omp_get_max_threads() of this process (a rank

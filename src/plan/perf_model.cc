@@ -15,6 +15,7 @@
 #include "model/shard.h"
 #include "plan/collectives.h"
 #include "plan/perf_terms.h"
+#include "run/run_plan.h"
 
 namespace strata {
 
@@ -130,20 +131,23 @@ struct StageWork {
 StepEstimate estimate_step(const RunConfig& config, int64_t world, const ClusterProfile& cluster,
                            bool explain) {
   StepEstimate e;
-  ModelConfig model = config.model;
-  model.finalize();
+  // The plan the ranks of this job would resolve: its layout (dp derived), micro-batches and
+  // model. A layout that does not fit the ranks asked for is refused, saying what would.
+  RunPlan plan;
+  try {
+    plan = resolve_run_plan(config, world, /*under_launcher=*/true);
+  } catch (const Error& err) {
+    fail(err.what(), " (", world, " ranks asked for; change --gpus or the parallel.* keys)");
+  }
+  const ModelConfig& model = plan.model;
   const ParallelConfig& p = config.parallel;
   const TrainConfig& tr = config.train;
   const DeviceProfile& dev = cluster.device;
-  const int64_t tp = std::max<int64_t>(1, p.tp), pp = std::max<int64_t>(1, p.pp);
-  const int64_t dp = p.dp > 0 ? p.dp : world / (tp * pp);
-  STRATA_CHECK(dp >= 1 && tp * pp * dp == world, "parallel.tp (", tp, ") x parallel.pp (", pp,
-               ") x parallel.dp (", dp, ") does not equal the ", world,
-               " ranks asked for; change --gpus or the parallel.* keys");
+  const int64_t tp = plan.layout.tp, pp = plan.layout.pp, dp = plan.layout.dp;
   const int64_t v = std::max<int64_t>(1, p.vpp);
-  const int64_t m = p.micro_batches > 0 ? p.micro_batches : std::max<int64_t>(1, tr.grad_accum);
-  const std::string& prec = tr.precision;
-  const bool lowp = prec != "f32";
+  const int64_t m = plan.micro_batches;
+  const Precision prec = tr.precision;
+  const bool lowp = prec != Precision::f32;
   const double act_bytes = lowp ? 2 : 4;
 
   Shapes s;
@@ -167,7 +171,7 @@ StepEstimate estimate_step(const RunConfig& config, int64_t world, const Cluster
   s.max_seq = static_cast<double>(model.max_seq_len);
   s.flash = model.flash_attention();
   s.lowp = lowp;
-  s.bf16 = prec == "bf16";
+  s.bf16 = prec == Precision::bf16;
   s.tied = model.tie_embeddings;
 
   // ---- rates of one rank ----
@@ -177,11 +181,11 @@ StepEstimate estimate_step(const RunConfig& config, int64_t world, const Cluster
   r.gemm = dev.matrix_flops(prec) * dev.gemm_efficiency * scale;
   // The CPU engine runs attention in f32 except bf16 flash attention (fp16 and naive bf16 widen
   // q, k, v first).
-  const std::string attn_prec = s.cpu && !(s.bf16 && s.flash) ? "f32" : prec;
+  const Precision attn_prec = s.cpu && !(s.bf16 && s.flash) ? Precision::f32 : prec;
   double attn_eff = dev.attention_efficiency;
   if (!s.flash && dev.naive_attention_efficiency > 0)
     attn_eff = dev.naive_attention_efficiency;
-  else if (attn_prec == "bf16" && dev.attention_bf16_efficiency > 0)
+  else if (attn_prec == Precision::bf16 && dev.attention_bf16_efficiency > 0)
     attn_eff = dev.attention_bf16_efficiency;
   r.attn = dev.matrix_flops(attn_prec) * attn_eff * scale;
   double bw = dev.mem_bandwidth * scale;
@@ -202,8 +206,8 @@ StepEstimate estimate_step(const RunConfig& config, int64_t world, const Cluster
         "%lld per step, seq %lld, vpp %lld, schedule %s, zero %lld%s, precision %s, recompute %s",
         (long long)tp, (long long)pp, (long long)dp, (long long)world, (long long)nodes,
         (long long)cluster.gpus_per_node, (long long)tr.batch_size, (long long)m,
-        (long long)tr.seq_len, (long long)v, p.schedule.c_str(), (long long)p.zero,
-        s.sp ? ", sp" : "", prec.c_str(), tr.recompute.c_str()));
+        (long long)tr.seq_len, (long long)v, enum_name(p.schedule).data(), (long long)p.zero,
+        s.sp ? ", sp" : "", enum_name(prec).data(), enum_name(tr.recompute).data()));
     if (s.cpu)
       e.explain.push_back(fmt(
           "rank compute: %.2f cores (threads %lld, %lld rank(s) on %lld cores, thread "
@@ -245,9 +249,9 @@ StepEstimate estimate_step(const RunConfig& config, int64_t world, const Cluster
   // Recomputation per recomputed layer: full reruns the block forward (its collectives too);
   // selective reruns naive attention's forward (flash attention recomputes anyway: nothing).
   double rc_layer = 0;
-  if (tr.recompute == "full")
+  if (tr.recompute == Recompute::full)
     rc_layer = lw.fwd_s + tp_layer_fwd;
-  else if (tr.recompute == "selective" && !s.flash)
+  else if (tr.recompute == Recompute::selective && !s.flash)
     rc_layer = lw.attn_fwd / r.attn + lw.probs_fwd / r.mem;
   if (explain) {
     e.explain.push_back(
@@ -314,9 +318,10 @@ StepEstimate estimate_step(const RunConfig& config, int64_t world, const Cluster
       const int64_t g = i + c * pp;
       const int64_t L = counts[static_cast<size_t>(g)];
       st.layers += L;
-      const int64_t recomputed = tr.recompute == "none" ? 0 : (rc_n > 0 ? std::min(rc_n, L) : L);
+      const int64_t recomputed =
+          tr.recompute == Recompute::none ? 0 : (rc_n > 0 ? std::min(rc_n, L) : L);
       st.recompute_s += static_cast<double>(recomputed) * rc_layer;
-      if (tr.recompute == "full")
+      if (tr.recompute == Recompute::full)
         st.flops += static_cast<double>(recomputed) * (lw.gemm_fwd + lw.attn_fwd);
       if (g > 0) st.p2p_s += 2 * p2p.seconds;  // receive activation, send gradient
       if (g + 1 < G) st.p2p_s += 2 * p2p.seconds;
@@ -377,7 +382,7 @@ StepEstimate estimate_step(const RunConfig& config, int64_t world, const Cluster
   }
 
   // ---- data parallelism, ZeRO, optimizer (per stage; the slowest finishes the step) ----
-  const double grad_bytes = p.grad_reduce_dtype == "bf16" ? 2 : 4;
+  const double grad_bytes = p.grad_reduce_dtype == GradReduceType::bf16 ? 2 : 4;
   const double bucket_elems = std::max(1.0, p.bucket_mb * 1048576.0 / 4);
   const CollectiveCost dp_probe =
       collective_cost(CollectiveOp::all_reduce, 1 << 20, dp, tp, cluster);

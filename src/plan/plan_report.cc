@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "plan/units.h"
+#include "run/run_plan.h"
 
 namespace strata {
 
@@ -19,23 +20,22 @@ nlohmann::json planned_layout_json(const PlannedLayout& l) {
   memory["micro_batches_in_flight"] = l.memory.micro_batches_in_flight;
   memory["capacity"] = l.capacity;
   memory["fits"] = l.fits();
-  nlohmann::json j = {
-      {"layout",
-       {{"tp", p.tp},
-        {"pp", p.pp},
-        {"dp", l.world / (p.tp * p.pp)},
-        {"vpp", p.vpp},
-        {"sp", p.sp},
-        {"zero", p.zero},
-        {"schedule", p.schedule},
-        {"micro_batch", l.config.train.batch_size},
-        {"micro_batches", p.micro_batches > 0 ? p.micro_batches : l.config.train.grad_accum},
-        {"recompute", l.config.train.recompute},
-        {"precision", l.config.train.precision},
-        {"attention", l.config.model.attention},
-        {"offload", l.config.optim.offload}}},
-      {"describe", l.describe()},
-      {"memory", memory}};
+  nlohmann::json j = {{"layout",
+                       {{"tp", p.tp},
+                        {"pp", p.pp},
+                        {"dp", data_parallel_size(p, l.world)},
+                        {"vpp", p.vpp},
+                        {"sp", p.sp},
+                        {"zero", p.zero},
+                        {"schedule", enum_name(p.schedule)},
+                        {"micro_batch", l.config.train.batch_size},
+                        {"micro_batches", micro_batches_per_step(l.config)},
+                        {"recompute", enum_name(l.config.train.recompute)},
+                        {"precision", enum_name(l.config.train.precision)},
+                        {"attention", enum_name(l.config.model.attention)},
+                        {"offload", enum_name(l.config.optim.offload)}}},
+                      {"describe", l.describe()},
+                      {"memory", memory}};
   if (l.step.step_s > 0)
     j["step"] = {{"step_s", l.step.step_s},
                  {"compute_s", l.step.compute_s},
@@ -104,12 +104,13 @@ std::string format_ranking(const std::vector<PlannedLayout>& layouts) {
         "  %2d %3lld %3lld %5lld %3lld %2s %4lld %4lld x %2lld  %-9s %11s %9s %11s %5.1f%% %4.0f%% "
         "%5.0f%%\n",
         ++i, static_cast<long long>(p.tp), static_cast<long long>(p.pp),
-        static_cast<long long>(l.world / (p.tp * p.pp)), static_cast<long long>(p.vpp),
+        static_cast<long long>(data_parallel_size(p, l.world)), static_cast<long long>(p.vpp),
         p.sp ? "y" : "-", static_cast<long long>(p.zero),
         static_cast<long long>(l.config.train.batch_size),
-        static_cast<long long>(p.micro_batches > 0 ? p.micro_batches : l.config.train.grad_accum),
-        l.config.train.recompute.c_str(), format_bytes(static_cast<double>(l.memory.total)).c_str(),
-        format_seconds(s.step_s).c_str(), format_count(s.tokens_per_s).c_str(), 100 * s.mfu,
+        static_cast<long long>(micro_batches_per_step(l.config)),
+        enum_name(l.config.train.recompute).data(),
+        format_bytes(static_cast<double>(l.memory.total)).c_str(), format_seconds(s.step_s).c_str(),
+        format_count(s.tokens_per_s).c_str(), 100 * s.mfu,
         s.step_s > 0 ? 100 * s.comm_exposed_s / s.step_s : 0.0,
         s.step_s > 0 ? 100 * s.bubble_s / s.step_s : 0.0);
     out += line;

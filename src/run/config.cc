@@ -12,9 +12,12 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <span>
 #include <sstream>
+#include <type_traits>
 #include <variant>
 
+#include "core/enum_names.h"
 #include "core/error.h"
 #include "run/config_validate.h"
 
@@ -22,18 +25,48 @@ namespace strata {
 
 namespace {
 
-using FieldRef =
-    std::variant<int64_t*, uint64_t*, float*, double*, bool*, std::string*,
-                 std::vector<std::string>*, std::vector<int64_t>*, ModelFamily*, RopeScaling*>;
+// A field whose values are the names of an enum (core/enum_names.h), type-erased so that every
+// option enum shares one path through TOML, --set and JSON: a value is parsed once, here, and a
+// bad one names the key and every accepted name.
+struct EnumRef {
+  void* value;
+  std::span<const std::string_view> names;
+  size_t (*get)(const void*);
+  void (*set)(void*, size_t);
+
+  template <class E>
+  static EnumRef of(E* p) {
+    return {p, enum_names<E>(),
+            [](const void* v) { return static_cast<size_t>(*static_cast<const E*>(v)); },
+            [](void* v, size_t i) { *static_cast<E*>(v) = static_cast<E>(i); }};
+  }
+  std::string_view name() const { return names[get(value)]; }
+  void assign(const std::string& where, const std::string& key, std::string_view name) const {
+    for (size_t i = 0; i < names.size(); ++i)
+      if (names[i] == name) return set(value, i);
+    fail(where, ": ", key, ": unknown value '", name, "' (expected ", quoted_names(names), ")");
+  }
+};
+
+using FieldRef = std::variant<int64_t*, uint64_t*, float*, double*, bool*, std::string*,
+                              std::vector<std::string>*, std::vector<int64_t>*, EnumRef>;
+
+template <class T>
+FieldRef field_ref(T* p) {
+  if constexpr (std::is_enum_v<T>)
+    return EnumRef::of(p);
+  else
+    return p;
+}
 
 struct Field {
   const char* key;  // "section.name", as written in TOML and JSON
   FieldRef (*ref)(RunConfig&);
 };
 
-#define STRATA_FIELD(section, name)                                               \
-  Field {                                                                         \
-#section "." #name, [](RunConfig & c) -> FieldRef { return &c.section.name; } \
+#define STRATA_FIELD(section, name)                                                          \
+  Field {                                                                                    \
+#section "." #name, [](RunConfig & c) -> FieldRef { return field_ref(&c.section.name); } \
   }
 
 const Field kFields[] = {
@@ -276,10 +309,9 @@ struct ExpectedName {
   std::string operator()(std::string*) const { return "a string"; }
   std::string operator()(std::vector<std::string>*) const { return "an array of strings"; }
   std::string operator()(std::vector<int64_t>*) const { return "an array of integers"; }
-  std::string operator()(ModelFamily*) const {
-    return "a string (\"gpt2\", \"llama\" or \"qwen3\")";
+  std::string operator()(const EnumRef& e) const {
+    return "a string (" + quoted_names(e.names) + ")";
   }
-  std::string operator()(RopeScaling*) const { return "a string (\"none\" or \"llama3\")"; }
 };
 
 // Finite numbers only: inf or nan in a learning rate or epsilon is never intended, and a double
@@ -359,21 +391,9 @@ struct TomlAssign {
     }
     *out = std::move(items);
   }
-  void operator()(ModelFamily* out) const {
+  void operator()(const EnumRef& out) const {
     if (!node.is_string()) wrong_type(out);
-    try {
-      *out = family_from_name(node.as_string()->get());
-    } catch (const Error& e) {
-      fail(where, ": ", e.what());  // family_from_name already names model.family
-    }
-  }
-  void operator()(RopeScaling* out) const {
-    if (!node.is_string()) wrong_type(out);
-    try {
-      *out = rope_scaling_from_name(node.as_string()->get());
-    } catch (const Error& e) {
-      fail(where, ": ", e.what());  // names model.rope_scaling
-    }
+    out.assign(where, key, node.as_string()->get());
   }
 };
 
@@ -445,8 +465,7 @@ void apply_override(Reader& reader, const std::string& text) {
       field != nullptr &&
       (std::holds_alternative<std::string*>(field->ref(reader.config)) ||
        std::holds_alternative<std::vector<int64_t>*>(field->ref(reader.config)) ||
-       std::holds_alternative<ModelFamily*>(field->ref(reader.config)) ||
-       std::holds_alternative<RopeScaling*>(field->ref(reader.config)) ||
+       std::holds_alternative<EnumRef>(field->ref(reader.config)) ||
        std::holds_alternative<std::vector<std::string>*>(field->ref(reader.config)));
 
   toml::table parsed;
@@ -489,8 +508,7 @@ struct ToJson {
   nlohmann::json operator()(const std::string* v) const { return *v; }
   nlohmann::json operator()(const std::vector<std::string>* v) const { return *v; }
   nlohmann::json operator()(const std::vector<int64_t>* v) const { return *v; }
-  nlohmann::json operator()(const ModelFamily* v) const { return family_name(*v); }
-  nlohmann::json operator()(const RopeScaling* v) const { return rope_scaling_name(*v); }
+  nlohmann::json operator()(const EnumRef& v) const { return std::string(v.name()); }
 };
 
 struct FromJson {
@@ -541,13 +559,9 @@ struct FromJson {
       out->push_back(item.get<int64_t>());
     }
   }
-  void operator()(ModelFamily* out) const {
+  void operator()(const EnumRef& out) const {
     if (!j.is_string()) wrong_type(out);
-    *out = family_from_name(j.get<std::string>());
-  }
-  void operator()(RopeScaling* out) const {
-    if (!j.is_string()) wrong_type(out);
-    *out = rope_scaling_from_name(j.get<std::string>());
+    out.assign("config (JSON)", key, j.get<std::string>());
   }
 };
 
@@ -618,7 +632,7 @@ nlohmann::json config_to_json(const RunConfig& config) {
     size_t start = 0;
     for (size_t dot; (dot = key.find('.', start)) != std::string::npos; start = dot + 1)
       node = &(*node)[key.substr(start, dot - start)];
-    (*node)[key.substr(start)] = std::visit([](const auto* v) { return ToJson{}(v); }, f.ref(copy));
+    (*node)[key.substr(start)] = std::visit([](const auto& v) { return ToJson{}(v); }, f.ref(copy));
   }
   return j;
 }

@@ -7,13 +7,30 @@
 #include <utility>
 #include <vector>
 
+#include "core/tensor.h"
 #include "data/data_config.h"
 #include "model/config.h"
+#include "model/recompute_mode.h"
 #include "optim/optim_config.h"
+#include "parallel/pipeline_schedule.h"
 #include "run/ecosystem_config.h"
 #include "run/reliability_config.h"
 
 namespace strata {
+
+// train.precision: f32, or mixed precision with 16-bit GEMMs (run_plan.h maps it to a DType).
+enum class Precision { f32, bf16, fp16 };
+template <>
+struct EnumNames<Precision> {
+  static constexpr std::string_view names[] = {"f32", "bf16", "fp16"};
+};
+
+// parallel.grad_reduce_dtype: the type gradients travel in across data-parallel ranks.
+enum class GradReduceType { f32, bf16 };
+template <>
+struct EnumNames<GradReduceType> {
+  static constexpr std::string_view names[] = {"f32", "bf16"};
+};
 
 struct TrainConfig {
   int64_t steps = 200;           // optimizer steps
@@ -31,10 +48,10 @@ struct TrainConfig {
   bool async_checkpoint = true;
   // "f32", or mixed precision "bf16" / "fp16": 16-bit GEMMs with f32 accumulation, f32 master
   // weights and optimizer state; fp16 adds dynamic loss scaling ([fp16]).
-  std::string precision = "f32";
+  Precision precision = Precision::f32;
   // Activation recomputation: "none", "selective" (attention probabilities) or "full" (keep
   // only each block's input); recompute_layers: the first N layers of each pipeline chunk (0: all).
-  std::string recompute = "none";
+  Recompute recompute = Recompute::none;
   int64_t recompute_layers = 0;
   // Move each block's saved activations to host memory after its forward and back before its
   // backward (DecoderOptions::offload_activations); with recompute "none" or "selective", and
@@ -52,7 +69,7 @@ struct SystemConfig {
   int64_t memory_limit_mb = 0;  // 0: no limit; otherwise the arena enforces it
   // Where the model, its gradients and the optimizer state live: "cpu", or "cuda" (one GPU per
   // rank: local rank modulo the visible GPUs; builds with the CUDA backend only).
-  std::string device = "cpu";
+  Device device = Device::cpu;
 };
 
 // [parallel]: how ranks are arranged (Megatron order: tp fastest, then dp, then pp) and how
@@ -64,14 +81,14 @@ struct ParallelConfig {
   int64_t zero = 0;  // ZeRO stage: 0 (DDP), 1 (optimizer state), 2 (+ gradients), 3 (+ parameters)
   bool sp = false;   // sequence parallelism (with tp > 1)
   int64_t vpp = 1;   // virtual pipeline stages (model chunks) per pp rank
-  std::string schedule = "1f1b";  // "gpipe", "1f1b" or "interleaved"
-  int64_t micro_batches = 0;      // micro-batches per step; 0: train.grad_accum
+  ScheduleKind schedule = ScheduleKind::one_f_one_b;
+  int64_t micro_batches = 0;  // micro-batches per step; 0: train.grad_accum
   std::vector<int64_t>
       stage_layers;             // layers per virtual stage (pp * vpp entries); empty: balanced
   double bucket_mb = 25;        // gradient bucket size for the overlapped reduction
   bool overlap = true;          // start each bucket's reduction as soon as backward fills it
   double comm_timeout_s = 300;  // every wait on a collective ends after this, naming the op
-  std::string grad_reduce_dtype = "f32";  // "f32" or "bf16": the type gradients travel in
+  GradReduceType grad_reduce_dtype = GradReduceType::f32;
 };
 
 struct SampleConfig {

@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "parallel/pipeline_schedule.h"
+#include "run/run_plan.h"
 #include "track/registry.h"
 
 namespace strata {
@@ -37,13 +38,7 @@ void validate_config(RunConfig& c, const std::string& where) {
         "train.checkpoint_every: must be 0 (only at the end) or more, got ", t.checkpoint_every);
   // At least one, or the final checkpoint would be deleted as soon as it was written.
   check(t.keep_last >= 1, where, "train.keep_last: must be at least 1, got ", t.keep_last);
-  check(t.precision == "f32" || t.precision == "bf16" || t.precision == "fp16", where,
-        "train.precision: unknown precision '", t.precision,
-        "' (expected \"f32\", \"bf16\" or \"fp16\")");
   const AnomalyConfig& an = c.anomaly;
-  check(an.spike_action == "log" || an.spike_action == "skip" || an.spike_action == "rollback",
-        where, "anomaly.spike_action: '", an.spike_action,
-        "' (expected \"log\", \"skip\" or \"rollback\")");
   check(an.max_nonfinite >= 1, where, "anomaly.max_nonfinite: must be at least 1, got ",
         an.max_nonfinite);
   check(an.spike_window >= 2 && an.spike_zscore > 0, where,
@@ -54,10 +49,6 @@ void validate_config(RunConfig& c, const std::string& where) {
         "profile.start_step and profile.steps must be at least 1 and profile.max_events at least "
         "1000, got ",
         c.profile.start_step, ", ", c.profile.steps, " and ", c.profile.max_events);
-  check(c.optim.offload == "none" || c.optim.offload == "nvme" || c.optim.offload == "cpu", where,
-        "optim.offload: '", c.optim.offload,
-        "' (expected \"none\", \"nvme\" (master weights and Adam moments in files) or \"cpu\" "
-        "(in host memory, with the update on the host))");
   check(c.optim.offload_chunk_mb > 0, where, "optim.offload_chunk_mb: must be positive, got ",
         c.optim.offload_chunk_mb);
   const LossScalerConfig& ls = c.fp16;
@@ -76,9 +67,6 @@ void validate_config(RunConfig& c, const std::string& where) {
   check(o.min_lr >= 0 && o.min_lr <= o.lr, where, "optim.min_lr: must be in [0, optim.lr = ", o.lr,
         "], got ", o.min_lr);
   check(o.warmup_steps >= 0, where, "optim.warmup_steps: must be 0 or more, got ", o.warmup_steps);
-  check(o.decay == "cosine" || o.decay == "linear" || o.decay == "constant", where,
-        "optim.decay: unknown schedule '", o.decay,
-        "' (expected \"cosine\", \"linear\" or \"constant\")");
   check(o.beta1 >= 0 && o.beta1 < 1, where, "optim.beta1: must be in [0, 1), got ", o.beta1);
   check(o.beta2 >= 0 && o.beta2 < 1, where, "optim.beta2: must be in [0, 1), got ", o.beta2);
   check(o.eps > 0, where, "optim.eps: must be positive, got ", o.eps);
@@ -86,10 +74,7 @@ void validate_config(RunConfig& c, const std::string& where) {
   check(o.grad_clip >= 0, where, "optim.grad_clip: must be 0 (off) or more, got ", o.grad_clip);
 
   const DataConfig& d = c.data;
-  check(d.source == "synthetic" || d.source == "text" || d.source == "shards", where,
-        "data.source: unknown source '", d.source,
-        "' (expected \"synthetic\", \"text\" or \"shards\")");
-  check(d.source != "text" || !d.text.empty(), where,
+  check(d.source != DataSource::text || !d.text.empty(), where,
         "data.text: data.source = \"text\" needs at least one text file, e.g. "
         "data.text = [\"corpus.txt\"]");
   for (const std::string& file : d.text)
@@ -115,14 +100,13 @@ void validate_config(RunConfig& c, const std::string& where) {
         c.system.threads);
   check(c.system.memory_limit_mb >= 0, where,
         "system.memory_limit_mb: must be 0 (no limit) or more, got ", c.system.memory_limit_mb);
-  check(c.system.device == "cpu" || c.system.device == "cuda", where, "system.device: unknown '",
-        c.system.device, "' (expected \"cpu\" or \"cuda\")");
-  if (c.system.device == "cuda") {
-    check(c.optim.offload != "nvme", where,
+  if (c.system.device == Device::cuda) {
+    check(c.optim.offload != OptimizerOffload::nvme, where,
           "optim.offload = \"nvme\" streams the optimizer state through host memory on the CPU "
           "device only; with system.device = \"cuda\" use optim.offload = \"none\"");
-    check(c.model.attention == "flash", where, "model.attention = \"", c.model.attention,
-          "\" has no CUDA kernel (it materialises T x T probabilities); with system.device = "
+    check(c.model.attention == AttentionKernel::flash, where,
+          "model.attention = \"naive\" has no CUDA kernel (it materialises T x T probabilities); "
+          "with system.device = "
           "\"cuda\" set model.attention = \"flash\"");
   }
   const ParallelConfig& p = c.parallel;
@@ -132,21 +116,15 @@ void validate_config(RunConfig& c, const std::string& where) {
         p.dp);
   check(p.zero >= 0 && p.zero <= 3, where, "parallel.zero: ZeRO stage must be 0, 1, 2 or 3, got ",
         p.zero);
-  check(c.train.recompute == "none" || c.train.recompute == "selective" ||
-            c.train.recompute == "full",
-        where, "train.recompute: unknown mode '", c.train.recompute,
-        "' (expected \"none\", \"selective\" or \"full\")");
   check(c.train.recompute_layers >= 0, where,
         "train.recompute_layers: must be 0 (every layer) or more, got ", c.train.recompute_layers);
-  check(!c.train.activation_offload || c.train.recompute != "full", where,
+  check(!c.train.activation_offload || c.train.recompute != Recompute::full, where,
         "train.activation_offload = true with train.recompute = \"full\": full recomputation keeps "
         "only each block's input, which is all the offload would leave on the device; use one of "
         "them (or recompute = \"selective\" with the offload)");
   check(!c.train.activation_offload || p.pp == 1, where,
         "train.activation_offload = true needs parallel.pp = 1: a pipeline stage holds several "
         "micro-batches' activations at once, which the offload's window does not");
-  check(p.grad_reduce_dtype == "f32" || p.grad_reduce_dtype == "bf16", where,
-        "parallel.grad_reduce_dtype: '", p.grad_reduce_dtype, "' (expected \"f32\" or \"bf16\")");
   check(p.vpp >= 1, where, "parallel.vpp: must be at least 1, got ", p.vpp);
   check(p.vpp == 1 || p.pp > 1, where, "parallel.vpp = ", p.vpp,
         " needs parallel.pp > 1 (virtual stages interleave chunks across pipeline ranks)");
@@ -160,10 +138,8 @@ void validate_config(RunConfig& c, const std::string& where) {
         "parallel.sp = true needs parallel.tp > 1 (sequence parallelism shards what tensor "
         "parallelism replicates)");
   try {
-    validate_pipeline_config(
-        parse_schedule_kind(p.schedule), static_cast<int>(p.pp),
-        static_cast<int>(p.micro_batches > 0 ? p.micro_batches : c.train.grad_accum),
-        static_cast<int>(p.vpp));
+    validate_pipeline_config(p.schedule, static_cast<int>(p.pp),
+                             static_cast<int>(micro_batches_per_step(c)), static_cast<int>(p.vpp));
   } catch (const Error& e) {
     fail(where, ": ", e.what());
   }

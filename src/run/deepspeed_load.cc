@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "run/config_validate.h"
 #include "run/deepspeed_config.h"
+#include "run/run_plan.h"
 
 namespace strata {
 
@@ -59,19 +60,20 @@ void resolve_deepspeed_batch(RunConfig& c, const DeepSpeedConfig& ds,
                              const std::vector<std::string>& overrides, int64_t world_size) {
   const DeepSpeedBatch& b = ds.batch;
   if (ds.source.empty() || b.train_batch_size == 0) return;
-  const ParallelConfig& p = c.parallel;
-  const int64_t model_ranks = p.tp * p.pp;
-  if (p.dp == 0 && (world_size < 1 || world_size % model_ranks != 0))
-    fail(ds.source, ": train_batch_size needs the data-parallel size, but the world size ",
-         world_size, " is not a multiple of parallel.tp x parallel.pp = ", model_ranks);
-  const int64_t dp = p.dp > 0 ? p.dp : world_size / model_ranks;
+  // The data-parallel size as the ranks will derive it (resolve_layout, through the run plan).
+  int64_t dp = 0;
+  try {
+    dp = data_parallel_size(c.parallel, world_size);
+  } catch (const Error& e) {
+    fail(ds.source, ": train_batch_size needs the data-parallel size: ", e.what());
+  }
   const bool micro_set = user_sets(overrides, "train.batch_size");
   const bool accum_set =
       user_sets(overrides, "train.grad_accum") || user_sets(overrides, "parallel.micro_batches");
   const bool micro_given = b.micro_batch > 0 || micro_set;
   const bool accum_given = b.grad_accum > 0 || accum_set;
   int64_t micro = c.train.batch_size;
-  int64_t accum = p.micro_batches > 0 ? p.micro_batches : c.train.grad_accum;
+  int64_t accum = micro_batches_per_step(c);
   const int64_t global = b.train_batch_size;
   const std::string micro_from = micro_set ? " (--set train.batch_size)" : "";
   const std::string accum_from = accum_set ? " (--set)" : "";

@@ -3,7 +3,16 @@
 #include <cstdint>
 #include <string>
 
+#include "core/enum_names.h"
+
 namespace strata {
+
+// anomaly.spike_action: what a loss spike does.
+enum class SpikeAction { log, skip, rollback };
+template <>
+struct EnumNames<SpikeAction> {
+  static constexpr std::string_view names[] = {"log", "skip", "rollback"};
+};
 
 // Faults a run inflicts on itself, so that every recovery path can be tested end to end. Also
 // settable from the environment: STRATA_FAULT_<KEY>=value (e.g. STRATA_FAULT_CRASH_RANK=1), which
@@ -39,7 +48,7 @@ struct AnomalyConfig {
   double spike_zscore = 6.0;
   // "log", "skip" (the update) or "rollback" (to the last committed checkpoint, then the
   // offending batch is skipped when its step comes again).
-  std::string spike_action = "log";
+  SpikeAction spike_action = SpikeAction::log;
   // Diverging replicas: every this many steps the dp ranks compare parameter checksums (0: off).
   int64_t replica_check_every = 0;
   // Stragglers: a rank whose step compute time exceeds this factor times the median is named

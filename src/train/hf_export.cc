@@ -41,9 +41,9 @@ std::string find_tokenizer(const std::string& ckpt, const RunConfig& run, const 
   const fs::path own = fs::path(ckpt) / "tokenizer.json";
   if (fs::exists(own)) return own.string();
   const fs::path data = fs::path(run.data.dir) / "tokenizer.json";
-  if (run.data.source != "synthetic" && fs::exists(data)) return data.string();
+  if (run.data.source != DataSource::synthetic && fs::exists(data)) return data.string();
   fail("checkpoint '", ckpt, "' carries no tokenizer.json",
-       run.data.source == "synthetic"
+       run.data.source == DataSource::synthetic
            ? " (its run trained on synthetic tokens, data.source = \"synthetic\")"
            : cat(" and its run's data.dir '", run.data.dir, "' has none"),
        ": pass --tokenizer PATH/tokenizer.json to ship one (its vocabulary must fit "

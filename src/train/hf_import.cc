@@ -100,7 +100,7 @@ std::string import_config_toml(const ModelConfig& m, const std::string& source,
   if (m.attn_head_dim > 0) t += cat("head_dim = ", m.attn_head_dim, "\n");
   if (block_for(m.family).layout().rope) t += cat("rope_theta = ", toml_float(m.rope_theta), "\n");
   if (m.rope_scaling != RopeScaling::none) {
-    t += cat("rope_scaling = \"", rope_scaling_name(m.rope_scaling), "\"\n");
+    t += cat("rope_scaling = \"", enum_name(m.rope_scaling), "\"\n");
     t += cat("rope_factor = ", toml_float(m.rope_factor), "\n");
     t += cat("rope_low_freq_factor = ", toml_float(m.rope_low_freq_factor), "\n");
     t += cat("rope_high_freq_factor = ", toml_float(m.rope_high_freq_factor), "\n");

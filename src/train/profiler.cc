@@ -12,25 +12,23 @@ namespace strata {
 namespace fs = std::filesystem;
 
 void StepProfiler::setup(const ProfileConfig& config, const std::string& run_dir,
-                         ProcessGroups* groups) {
+                         ProcessGroups& groups) {
   enabled_ = config.enabled;
   if (!enabled_) return;
   first_ = config.start_step;
   last_ = config.start_step + config.steps - 1;
   run_dir_ = run_dir;
-  groups_ = groups;
+  groups_ = &groups;
   trace::Options o;
   o.max_events = config.max_events;
-  if (groups_) {
-    rank_ = groups_->world().rank();
-    world_ = groups_->world().size();
-    const Layout::Coord c = groups_->coord();
-    o.process_name = cat("rank ", rank_, " (tp ", c.tp, ", pp ", c.pp, ", dp ", c.dp, ")");
-  }
+  rank_ = groups_->world().rank();
+  world_ = groups_->world().size();
+  const Layout::Coord c = groups_->coord();
+  o.process_name = cat("rank ", rank_, " (tp ", c.tp, ", pp ", c.pp, ", dp ", c.dp, ")");
   o.pid = rank_;
   // The barrier lines the ranks' clocks up: each trace starts at its exit (to within the
   // barrier's skew, microseconds on one node).
-  if (groups_) groups_->world().barrier();
+  groups_->world().barrier();
   trace::start(o);
   log::info("profiler: tracing steps ", first_, "-", last_, " into ", trace_dir());
 }
@@ -72,16 +70,14 @@ void StepProfiler::close() {
   const std::string path = (fs::path(trace_dir()) / cat("rank_", rank_, ".json")).string();
   nlohmann::json meta = {
       {"first_step", first_traced_}, {"last_step", last_traced_}, {"world_size", world_}};
-  if (groups_) {
-    const Layout& l = groups_->layout();
-    meta["layout"] = {{"tp", l.tp}, {"pp", l.pp}, {"dp", l.dp}};
-  }
+  const Layout& l = groups_->layout();
+  meta["layout"] = {{"tp", l.tp}, {"pp", l.pp}, {"dp", l.dp}};
   trace::write_chrome_json(path, meta);
   if (trace::dropped() > 0)
     log::warn("profiler: ", trace::dropped(),
               " events did not fit in the buffer; raise profile.max_events (now ",
               trace::recorded(), " kept)");
-  if (groups_) groups_->world().barrier();  // every rank's file is complete
+  groups_->world().barrier();  // every rank's file is complete
   if (rank_ != 0) return;
   const int64_t n = merge_run_trace(run_dir_, world_);
   log::info("profiler: steps ", first_traced_, "-", last_traced_, ", ", n, " events from ", world_,

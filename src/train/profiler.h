@@ -14,9 +14,9 @@ namespace strata {
 
 class StepProfiler {
  public:
-  // Nothing happens (and nothing is allocated) unless config.enabled. Collective when groups is
-  // given: every rank calls it at the same point.
-  void setup(const ProfileConfig& config, const std::string& run_dir, ProcessGroups* groups);
+  // Nothing happens (and nothing is allocated) unless config.enabled. Collective: every rank of
+  // the groups (one, for a process that runs alone) calls it at the same point.
+  void setup(const ProfileConfig& config, const std::string& run_dir, ProcessGroups& groups);
   // Around each step (1-based step numbers); end_step follows the step's metrics, evaluation and
   // checkpoint, and is collective on the step that closes the window.
   void begin_step(int64_t step);

@@ -57,13 +57,11 @@ double measure_cpu_gemm_flops(DType precision) {
 }  // namespace
 
 TrainDevice::TrainDevice(const SystemConfig& system) {
-  if (system.device == "cpu") {
+  if (system.device == Device::cpu) {
     backend_ = &cpu_backend();
     description_ = "cpu";
     return;
   }
-  STRATA_CHECK(system.device == "cuda", "system.device: unknown '", system.device,
-               "' (expected \"cpu\" or \"cuda\")");
 #ifdef STRATA_WITH_CUDA
   std::string why;
   const int visible = cuda::device_count(&why);

@@ -55,17 +55,24 @@ std::vector<std::string> shards_with_prefix(const std::string& dir, const std::s
 }
 }  // namespace
 
-Trainer::Trainer(RunConfig config, ProcessGroups* groups, Backend* backend)
-    : config_(std::move(config)),
-      groups_(groups),
+Trainer::Trainer(const RunConfig& config, ProcessGroups* groups, Backend* backend)
+    : Trainer(resolve_run_plan(config, groups ? groups->world().size() : 1, groups != nullptr),
+              groups, backend) {}
+
+Trainer::Trainer(RunPlan plan, ProcessGroups* groups, Backend* backend)
+    : plan_(std::move(plan)),
+      own_groups_(groups ? nullptr : std::make_unique<ProcessGroups>(ProcessGroups::single())),
+      groups_(groups ? groups : own_groups_.get()),
+      rank_(groups_->world().rank()),
+      world_(groups_->world().size()),
       device_(backend ? std::make_unique<TrainDevice>(*backend)
                       : std::make_unique<TrainDevice>(config_.system)),
       arena_(device_->backend().memory()) {
-  if (groups_) {
-    rank_ = groups_->world().rank();
-    world_ = groups_->world().size();
-    groups_->set_timeout(config_.parallel.comm_timeout_s);
-  }
+  STRATA_CHECK(groups_->layout().world() == world_ && groups_->layout().tp == plan_.layout.tp &&
+                   groups_->layout().pp == plan_.layout.pp,
+               "Trainer: the process groups' layout ", groups_->layout().describe(),
+               " is not the run plan's ", plan_.layout.describe());
+  groups_->set_timeout(config_.parallel.comm_timeout_s);
   if (config_.system.threads > 0) omp_set_num_threads(static_cast<int>(config_.system.threads));
   if (const char* a = std::getenv("STRATA_LAUNCH_ATTEMPT")) launch_attempt_ = std::atoll(a);
   const AnomalyConfig& an = config_.anomaly;
@@ -99,77 +106,57 @@ Trainer::Trainer(RunConfig config, ProcessGroups* groups, Backend* backend)
       floats += s.entry.count;
     ckpt_writer_.reserve(floats);
   }
-  peak_flops_ = device_->measure_peak_flops(train_precision(config_.train));
+  peak_flops_ = device_->measure_peak_flops(plan_.precision);
   metrics_ = std::make_unique<MetricsSink>();  // rank 0 writes the run's metrics, others none
   if (is_rank0()) {
     add_run_dir_outputs(*metrics_, config_.run.dir, config_.track.tensorboard);
     metrics_->add(mlflow_output(config_));  // [mlflow]
   }
   console_ = std::make_unique<ConsoleProgress>(config_.train.log_every);
-  profiler_.setup(config_.profile, config_.run.dir, groups_);  // [profile]: collective
+  profiler_.setup(config_.profile, config_.run.dir, *groups_);  // [profile]: collective
   log::info(
       "model: ", family_name(config_.model.family), " ", config_.model.n_layer, " layers, d_model ",
       config_.model.d_model, ", ", model_->params().size(), " parameters; ", omp_get_max_threads(),
       " threads; device ", device_->description(), "; GEMM ",
       device_->backend().kind() == Device::cpu ? kernels::describe_gemm_backend() : "cuBLASLt",
-      " at ", static_cast<int64_t>(peak_flops_ / 1e9), " GFLOP/s (", config_.train.precision,
-      "); CPU kernels ", kernels::isa::describe(kernels::isa::active()),
+      " at ", static_cast<int64_t>(peak_flops_ / 1e9), " GFLOP/s (",
+      enum_name(config_.train.precision), "); CPU kernels ",
+      kernels::isa::describe(kernels::isa::active()),
       kernels::isa::source() == std::string("cpu") ? "" : " (STRATA_CPU_ISA)");
 }
 
 void Trainer::build_model() {
   const TrainConfig& t = config_.train;
-  const ParallelConfig& p = config_.parallel;
-  micro_batches_ = micro_batches_per_step(config_);
-  const int64_t tokens = t.batch_size * t.seq_len;
-  const RecomputePolicy recompute = recompute_policy(t);
-  const DType precision = train_precision(t);
-  if (precision == DType::f16) scaler_ = std::make_unique<LossScaler>(config_.fp16);
-  if (!groups_) {
-    DecoderOptions o;
-    o.recompute = recompute;
-    o.precision = precision;
-    o.backend = &device_->backend();
-    o.offload_activations = t.activation_offload;
-    model_ = std::make_unique<Decoder>(config_.model, arena_, t.batch_size, t.seq_len, o);
-    model_->init(t.seed);
-    make_optimizer(segments_for_all(model_->params()), model_->params().size());
-  } else {
-    const Layout& layout = groups_->layout();
-    device_->route(*groups_);  // device buffers over NCCL from here on (no-op on the CPU)
-    dp_ = std::make_unique<DataParallel>(groups_->dp(), data_parallel_options(p));
-    DecoderOptions o;
-    o.recompute = recompute;
-    o.precision = precision;
-    o.backend = &device_->backend();
-    o.offload_activations = t.activation_offload;
-    o.plan = [this](ParamStore& params) { dp_->plan(params); };
-    const ShardSpec spec{layout.tp, layout.pp, static_cast<int>(p.vpp),
-                         p.sp,      tokens,    p.stage_layers};
-    std::vector<PipelineAction> actions;
-    if (layout.tp > 1 || layout.pp > 1) {
-      ModelConfig mc = config_.model;
-      mc.finalize();
-      o.shard = spec.for_rank(mc, groups_->coord().tp, groups_->coord().pp);
-      o.tp = layout.tp > 1 ? &groups_->tp() : nullptr;
-      if (layout.pp > 1) {
-        actions = make_schedule(parse_schedule_kind(p.schedule), layout.pp,
-                                static_cast<int>(micro_batches_), static_cast<int>(p.vpp),
-                                groups_->coord().pp);
-        o.chunk_slots = pipeline_slots_needed(actions, static_cast<int>(p.vpp));
-      }
-    }
-    model_ = std::make_unique<Decoder>(config_.model, arena_, t.batch_size, t.seq_len, o);
-    dp_->setup(model_->params(), arena_);
-    model_->set_hooks(dp_.get());
-    dp_->init_params(model_->config(), t.seed);
-    make_optimizer(dp_->optimizer_segments(), dp_->optimizer_state_size());
-    if (layout.tp > 1 || layout.pp > 1)
-      mp_ = std::make_unique<ModelParallel>(*groups_, config_.model, spec, *model_, *dp_, arena_);
-    if (layout.pp > 1)
-      pipe_ = std::make_unique<PipelineExecutor>(*model_, groups_->pp(), std::move(actions),
-                                                 static_cast<int>(micro_batches_), arena_);
+  const RunPlan& plan = plan_;
+  micro_batches_ = plan.micro_batches;
+  const int64_t tokens = plan.tokens;
+  if (plan.loss_scaling) scaler_ = std::make_unique<LossScaler>(config_.fp16);
+  const Layout& layout = groups_->layout();
+  // Device buffers over NCCL from here on (a job's groups on a GPU; no-op on the CPU).
+  if (groups_->has_mpi()) device_->route(*groups_);
+  dp_ = std::make_unique<DataParallel>(groups_->dp(), plan.data_parallel);
+  const Layout::Coord at = groups_->coord();
+  DecoderOptions o = plan.decoder_options(at.tp, at.pp);
+  o.backend = &device_->backend();
+  o.plan = [this](ParamStore& params) { dp_->plan(params); };
+  std::vector<PipelineAction> actions;
+  if (layout.tp > 1) o.tp = &groups_->tp();
+  if (layout.pp > 1) {
+    actions = make_schedule(plan.schedule, layout.pp, static_cast<int>(micro_batches_),
+                            plan.shard.vpp, at.pp);
+    o.chunk_slots = pipeline_slots_needed(actions, plan.shard.vpp);
   }
+  model_ = std::make_unique<Decoder>(config_.model, arena_, t.batch_size, t.seq_len, o);
+  dp_->setup(model_->params(), arena_);
+  model_->set_hooks(dp_.get());
+  dp_->init_params(model_->config(), t.seed);
+  make_optimizer(dp_->optimizer_segments(), dp_->optimizer_state_size());
+  if (plan.sharded_model())
+    mp_ =
+        std::make_unique<ModelParallel>(*groups_, config_.model, plan.shard, *model_, *dp_, arena_);
+  if (layout.pp > 1)
+    pipe_ = std::make_unique<PipelineExecutor>(*model_, groups_->pp(), std::move(actions),
+                                               static_cast<int>(micro_batches_), arena_);
   // A pipeline holds every micro-batch of the step at once; otherwise one at a time.
   const int64_t held = pipe_ ? micro_batches_ : 1;
   inputs_ = host_arena_.alloc<int32_t>(MemCategory::workspace, held * tokens, "input batch");
@@ -192,8 +179,9 @@ bool Trainer::attach_bf16_copy(std::vector<OptimSegment>& segments) {
 }
 
 void Trainer::make_optimizer(std::vector<OptimSegment> segments, int64_t state_size) {
-  if (config_.optim.offload == "cpu") return make_host_offload(std::move(segments), state_size);
-  if (config_.optim.offload != "nvme") {
+  if (plan_.optimizer_offload == OptimizerOffload::cpu)
+    return make_host_offload(std::move(segments), state_size);
+  if (plan_.optimizer_offload == OptimizerOffload::none) {
     optimizer_writes_bf16_ = attach_bf16_copy(segments);
     optimizer_ = std::make_unique<AdamW>(std::move(segments), state_size, arena_, config_.optim,
                                          model_->backend());
@@ -203,7 +191,7 @@ void Trainer::make_optimizer(std::vector<OptimSegment> segments, int64_t state_s
   const fs::path root = config_.optim.offload_dir.empty() ? fs::path(config_.run.dir) / "offload"
                                                           : fs::path(config_.optim.offload_dir);
   o.dir = (root / cat("rank_", rank_)).string();
-  o.chunk_elements = offload_chunk_elements(config_.optim);
+  o.chunk_elements = plan_.offload_chunk_elements;
   auto files =
       std::make_unique<OffloadedAdamW>(std::move(segments), state_size, arena_, config_.optim, o);
   files->init_from_params();  // the parameters are initialised by now
@@ -227,7 +215,7 @@ void Trainer::heartbeat(const char* phase) {
 }
 
 double Trainer::mean_over_dp(double value) {
-  if (!groups_ || groups_->dp().size() == 1) return value;
+  if (groups_->dp().size() == 1) return value;  // kept in double (the reduction is in f32)
   double v = value;  // summed as two floats would lose digits; f32 is what Comm reduces
   float f = static_cast<float>(v);
   groups_->dp().all_reduce(&f, 1, DType::f32, ReduceOp::avg)->wait();
@@ -242,11 +230,9 @@ void Trainer::prepare_data() {
   opt.seq_len = t.seq_len;
   opt.vocab_size = config_.model.vocab_size;
   opt.seed = t.seed;
-  if (groups_) {
-    opt.rank = groups_->dp().rank();
-    opt.world = groups_->dp().size();
-  }
-  if (d.source == "synthetic") {
+  opt.rank = groups_->dp().rank();
+  opt.world = groups_->dp().size();
+  if (d.source == DataSource::synthetic) {
     train_data_ = make_synthetic_source(opt);
     TokenSourceOptions val = opt;
     val.seed = t.seed ^ 0x5eedull;  // distinct tokens for "validation"
@@ -256,7 +242,7 @@ void Trainer::prepare_data() {
   data_dir_ = d.dir;
   tokenizer_path_ = (fs::path(d.dir) / "tokenizer.json").string();
   // Rank 0 prepares; the others wait for it (a barrier with the comm timeout).
-  if (d.source == "text" && is_rank0() && shards_with_prefix(d.dir, "train_").empty()) {
+  if (d.source == DataSource::text && is_rank0() && shards_with_prefix(d.dir, "train_").empty()) {
     heartbeat("prepare");
     log::info("preparing data: training a ", config_.model.vocab_size, "-token BPE tokenizer on ",
               d.text.size(), " file(s) into ", d.dir);
@@ -265,7 +251,7 @@ void Trainer::prepare_data() {
                            d.document_separator, d.filters);
     log::info(report.summary());
   }
-  if (groups_) groups_->world().barrier();
+  groups_->world().barrier();
   const auto train_shards = shards_with_prefix(d.dir, "train_");
   const auto val_shards = shards_with_prefix(d.dir, "val_");
   STRATA_CHECK(!train_shards.empty(), "data.dir '", d.dir,
@@ -293,14 +279,9 @@ StepResult Trainer::train_step() {
   const auto t0 = Clock::now();
   inject_start_faults();
   ParamStore& params = model_->params();
-  if (groups_) {
-    groups_->set_step(step_ + 1);
-    groups_->reset_stats();  // metrics report each step's communication
-  }
-  if (dp_)
-    dp_->begin_step();
-  else
-    params.zero_grads();
+  groups_->set_step(step_ + 1);
+  groups_->reset_stats();  // metrics report each step's communication
+  dp_->begin_step();
   const int64_t m = micro_batches_, tokens = t.batch_size * t.seq_len;
   StepResult r;
   // After a rollback the batch that made the loss spike is consumed without training on it.
@@ -337,8 +318,8 @@ StepResult Trainer::train_step() {
     loss = shared[0];
     r.bubble_fraction = shared[1];
     const ParallelConfig& p = config_.parallel;
-    r.bubble_formula = bubble_formula(parse_schedule_kind(p.schedule), pp.size(),
-                                      static_cast<int>(m), static_cast<int>(p.vpp));
+    r.bubble_formula =
+        bubble_formula(plan_.schedule, pp.size(), static_cast<int>(m), static_cast<int>(p.vpp));
   } else {
     for (int64_t micro = 0; micro < m; ++micro) {
       auto tick = Clock::now();
@@ -346,19 +327,19 @@ StepResult Trainer::train_step() {
       r.data_s += seconds_since(tick);
       tick = Clock::now();
       if (micro == 0) inject_slowness();
-      if (dp_) dp_->begin_micro_batch(micro == m - 1);
+      dp_->begin_micro_batch(micro == m - 1);
       if (offload_hooks_) offload_hooks_->begin_micro_batch(micro == m - 1);
       loss += model_->forward_backward(inputs_, targets_, grad_scale);
       r.compute_s += seconds_since(tick);
     }
     loss /= static_cast<double>(m);
   }
-  if (groups_ && groups_->tp().size() > 1) {
+  if (groups_->tp().size() > 1) {
     r.tp_comm_s = groups_->tp().stats().total_wait_seconds();
     r.compute_s = std::max(0.0, r.compute_s - r.tp_comm_s);
   }
   auto tick = Clock::now();
-  if (dp_) dp_->finish_gradients();
+  dp_->finish_gradients();
   if (mp_) mp_->finish_gradients();
   loss = mean_over_dp(loss);
   r.comm_exposed_s = seconds_since(tick);
@@ -371,17 +352,14 @@ StepResult Trainer::train_step() {
   tick = Clock::now();
   // The norm is global (every rank computes the same value), so every rank takes the same
   // decision below, including an fp16 overflow skip.
-  r.grad_norm = (mp_   ? mp_->grad_norm()
-                 : dp_ ? dp_->grad_norm()
-                       : global_grad_norm(params)) /
-                static_cast<double>(loss_scale);
+  r.grad_norm = (mp_ ? mp_->grad_norm() : dp_->grad_norm()) / static_cast<double>(loss_scale);
   r.lr = learning_rate(config_.optim, step_, t.steps);
   const bool finite = std::isfinite(r.grad_norm) && std::isfinite(loss);
   const bool apply = accept_update(loss, r.grad_norm, r);
   if (apply) {
     const float scale = clip_coefficient(r.grad_norm, config_.optim.grad_clip) / loss_scale;
     optimizer_->step(static_cast<float>(r.lr), scale);
-    if (dp_) dp_->after_optimizer_step();
+    dp_->after_optimizer_step();
     params.bump_version();  // the 16-bit working weights refresh from the new master values
     if (optimizer_writes_bf16_) model_->bf16_copy_written();
   } else if (!finite && scaler_) {
@@ -447,12 +425,12 @@ std::vector<float> Trainer::to_global(const std::vector<float>& local_full) {
 }
 
 std::vector<float> Trainer::global_params() {
-  const bool sharded = dp_ && dp_->params_sharded();
+  const bool sharded = dp_->params_sharded();
   return to_global(local_full(sharded ? dp_->shard_params() : model_->params().data(), sharded));
 }
 
 std::vector<float> Trainer::global_grads() {
-  const bool sharded = dp_ && dp_->grads_sharded();
+  const bool sharded = dp_->grads_sharded();
   return to_global(local_full(sharded ? dp_->shard_grads() : model_->params().grads(), sharded));
 }
 
@@ -495,7 +473,7 @@ void Trainer::write_metrics(const StepResult& r, double tokens_per_s, double mfu
   if (pipe_)
     j["pipeline"] = {{"bubble_fraction", r.bubble_fraction},
                      {"bubble_formula", r.bubble_formula},
-                     {"schedule", config_.parallel.schedule},
+                     {"schedule", to_string(plan_.schedule)},
                      {"micro_batches", micro_batches_},
                      {"vpp", config_.parallel.vpp}};
   nlohmann::json mem;
@@ -505,25 +483,23 @@ void Trainer::write_metrics(const StepResult& r, double tokens_per_s, double mfu
   mem["total"] = stats.total_current;
   j["mem"] = mem;
   if (!std::isnan(val_loss)) j["val_loss"] = val_loss;
-  if (groups_) {
-    const CommStats cs = groups_->stats();
-    j["comm_bytes"] = cs.total_bytes();
-    j["comm_wait_s"] = cs.total_wait_seconds();
-    nlohmann::json per_group;
-    for (Comm* c : {&groups_->tp(), &groups_->dp(), &groups_->pp()}) {
-      if (c->size() == 1) continue;
-      const CommStats st = c->stats();
-      per_group[c->name()] = {{"bytes", st.total_bytes()}, {"wait_s", st.total_wait_seconds()}};
-    }
-    if (!per_group.empty()) j["comm"] = per_group;
+  const CommStats cs = groups_->stats();  // zero for a process that runs alone
+  j["comm_bytes"] = cs.total_bytes();
+  j["comm_wait_s"] = cs.total_wait_seconds();
+  nlohmann::json per_group;
+  for (Comm* c : {&groups_->tp(), &groups_->dp(), &groups_->pp()}) {
+    if (c->size() == 1) continue;
+    const CommStats st = c->stats();
+    per_group[c->name()] = {{"bytes", st.total_bytes()}, {"wait_s", st.total_wait_seconds()}};
   }
+  if (!per_group.empty()) j["comm"] = per_group;
   metrics_->write(j);
 }
 
 double Trainer::run() {
   const TrainConfig& t = config_.train;
   // Tokens of the global batch (every dp rank's micro-batches); MFU against every rank's peak.
-  const int64_t dp_size = groups_ ? groups_->dp().size() : 1;
+  const int64_t dp_size = groups_->dp().size();
   const double tokens_per_step =
       static_cast<double>(t.batch_size * t.seq_len * micro_batches_ * dp_size);
   const double flops_per_token = model_->train_flops_per_token();

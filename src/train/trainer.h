@@ -9,7 +9,7 @@
 #include <string>
 
 #include "core/arena.h"
-#include "run/config.h"
+#include "run/run_plan.h"
 #include "train/anomaly.h"
 #include "train/async_checkpoint.h"
 #include "train/checkpoint.h"
@@ -65,10 +65,15 @@ struct StepResult {
 
 class Trainer {
  public:
-  // One process (groups == nullptr), or one rank of a job whose process groups are given.
+  // One rank of a job whose process groups are given, or (groups == nullptr) a process that runs
+  // alone, which holds one-rank groups of its own (ProcessGroups::single) and takes the same path.
   // `backend`: run on it instead of system.device's (tests: a CPU backend whose memory the host
   // cannot touch, proving that the trainer reads device buffers only through the backend).
-  explicit Trainer(RunConfig config, ProcessGroups* groups = nullptr, Backend* backend = nullptr);
+  // The plan comes from resolve_run_plan (run/run_plan.h); given a config, the trainer resolves
+  // it for the groups' world (or one process).
+  explicit Trainer(RunPlan plan, ProcessGroups* groups = nullptr, Backend* backend = nullptr);
+  explicit Trainer(const RunConfig& config, ProcessGroups* groups = nullptr,
+                   Backend* backend = nullptr);
   ~Trainer();
 
   // The whole job: train to train.steps, evaluate, checkpoint, sample. Returns the final
@@ -99,6 +104,7 @@ class Trainer {
   Arena& arena() { return arena_; }
   int64_t step() const { return step_; }
   const RunConfig& config() const { return config_; }
+  const RunPlan& plan() const { return plan_; }
   // Validation cross-entropy under train-split token frequencies (0 without validation data).
   double unigram_baseline() const { return unigram_baseline_; }
 
@@ -157,15 +163,17 @@ class Trainer {
   // in the same operation shortly after (heartbeat phases, comm.h TimeoutHint).
   void install_timeout_hint();
 
-  RunConfig config_;
-  ProcessGroups* groups_ = nullptr;
+  RunPlan plan_;
+  const RunConfig& config_ = plan_.config;
+  std::unique_ptr<ProcessGroups> own_groups_;  // a process that runs alone: one-rank groups
+  ProcessGroups* groups_ = nullptr;            // never null: the job's groups or own_groups_
   int rank_ = 0, world_ = 1;
   std::unique_ptr<TrainDevice> device_;  // system.device: the model's backend (and NCCL routes)
   Arena arena_;                          // the model's buffers, on the device
   Arena host_arena_;                     // host buffers of the step loop (token batches)
   std::string data_dir_, tokenizer_path_;
   std::unique_ptr<Decoder> model_;
-  std::unique_ptr<DataParallel> dp_;
+  std::unique_ptr<DataParallel> dp_;        // every run (one rank: no reductions)
   std::unique_ptr<ModelParallel> mp_;       // tp > 1 or pp > 1
   std::unique_ptr<PipelineExecutor> pipe_;  // pp > 1
   int64_t micro_batches_ = 1;               // per optimizer step and dp rank
@@ -173,7 +181,7 @@ class Trainer {
   // AdamW, or with optim.offload = "nvme" or "cpu" its master weights and moments in files or
   // host memory (optim/optimizer.h: one interface for the step and the checkpoints)
   std::unique_ptr<Optimizer> optimizer_;
-  std::unique_ptr<HostOffloadGradHooks> offload_hooks_;  // "cpu", one process: early downloads
+  std::unique_ptr<HostOffloadGradHooks> offload_hooks_;  // "cpu", world of one: early downloads
   std::unique_ptr<TokenSource> train_data_, val_data_;
   int32_t* inputs_ = nullptr;
   int32_t* targets_ = nullptr;

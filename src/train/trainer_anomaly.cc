@@ -149,30 +149,30 @@ bool Trainer::accept_update(double loss, double grad_norm, StepResult& r) {
   r.loss_zscore = spikes_->last_zscore();
   if (!spike) return true;
   r.loss_spike = true;
-  const bool skip = a.spike_action != "log";
-  if (a.spike_action == "rollback") {
+  const bool skip = a.spike_action != SpikeAction::log;
+  if (a.spike_action == SpikeAction::rollback) {
     rollback_requested_ = true;  // done once the step is over (train_step)
     skip_batch_at_.push_back(step);
   }
   const std::string where = train_data_->position();
   log::warn("step ", step, ": loss spike ", loss, " (z-score ", r.loss_zscore, " over the last ",
             a.spike_window, " steps, mean ", spikes_->mean(), ") at data position ", where,
-            a.spike_action == "rollback" ? "; rolling back to the last checkpoint"
-            : skip                       ? "; update skipped"
-                                         : "");
+            a.spike_action == SpikeAction::rollback ? "; rolling back to the last checkpoint"
+            : skip                                  ? "; update skipped"
+                                                    : "");
   if (is_rank0())
     event("loss_spike", {{"loss", loss},
                          {"zscore", r.loss_zscore},
                          {"mean", spikes_->mean()},
                          {"data_position", where},
-                         {"action", a.spike_action}});
+                         {"action", enum_name(a.spike_action)}});
   return !skip;
 }
 
 void Trainer::after_step_checks(StepResult& r) {
   const AnomalyConfig& a = config_.anomaly;
   const FaultConfig& f = config_.fault;
-  if (groups_ && world_ > 1 && a.straggler_factor > 0) {
+  if (world_ > 1 && a.straggler_factor > 0) {
     float mine = static_cast<float>(r.compute_s + r.data_s);
     step_times_.resize(static_cast<size_t>(world_));
     groups_->world().all_gather(&mine, step_times_.data(), 1, DType::f32)->wait();
@@ -196,7 +196,7 @@ void Trainer::after_step_checks(StepResult& r) {
     device_->upload(model_->params().data(), &first, 1);
     model_->params().bump_version();
   }
-  const bool replicated = dp_ && !dp_->params_sharded() && groups_->dp().size() > 1;
+  const bool replicated = !dp_->params_sharded() && groups_->dp().size() > 1;
   if (a.replica_check_every > 0 && r.step % a.replica_check_every == 0 && replicated) {
     const ParamStore& params = model_->params();
     io::Xxh3Hash h;  // compared between the ranks of this job only: the faster hash

@@ -106,7 +106,7 @@ std::vector<SliceSource> Trainer::checkpoint_sources(bool read_offloaded) {
     m = offload_snapshot_.data() + n;
     v = offload_snapshot_.data() + 2 * n;
   }
-  const bool dp_lead = !groups_ || groups_->dp().rank() == 0;
+  const bool dp_lead = groups_->dp().rank() == 0;
   const bool params_sharded = dp_ && dp_->params_sharded();
   const bool state_sharded = dp_ && dp_->optimizer_sharded();
   const float* pbase = st.params;
@@ -136,7 +136,7 @@ void Trainer::begin_save() {
   const CheckpointState state = checkpoint_state();
   // Rank 0 empties the directory every rank writes into before anyone does.
   if (is_rank0()) prepare_checkpoint_dir(root, state.step);
-  if (groups_) groups_->world().barrier();
+  groups_->world().barrier();
   const std::vector<SliceSource> sources = checkpoint_sources();
   ckpt_result_.reset();
   std::string path = rank_slice_path(checkpoint_tmp_dir(root, state.step), rank_);
@@ -167,10 +167,8 @@ std::string Trainer::poll_checkpoint(bool wait) {
     flags[3] = static_cast<float>(ckpt_result_->write_s);
   }
   float mb = ckpt_result_ ? static_cast<float>(ckpt_result_->bytes / 1e6) : 0.0f;
-  if (groups_) {
-    groups_->world().all_reduce(flags, 4, DType::f32, ReduceOp::max)->wait();
-    if (flags[0] == 0) groups_->world().all_reduce(&mb, 1, DType::f32, ReduceOp::sum)->wait();
-  }
+  groups_->world().all_reduce(flags, 4, DType::f32, ReduceOp::max)->wait();
+  if (flags[0] == 0) groups_->world().all_reduce(&mb, 1, DType::f32, ReduceOp::sum)->wait();
   if (flags[0] > 0) return "";  // a rank is still writing
   const CheckpointState state = *pending_save_;
   pending_save_.reset();
@@ -194,7 +192,7 @@ std::string Trainer::poll_checkpoint(bool wait) {
       abandon_checkpoint(root, state.step);
       log::error("checkpoint at step ", state.step, " could not be committed: ", e.what(),
                  "; the previous checkpoint is kept");
-      if (wait && groups_) groups_->world().barrier();
+      if (wait) groups_->world().barrier();
       return "";
     }
     const double write_s = std::max(1e-9, static_cast<double>(flags[3]));
@@ -209,7 +207,7 @@ std::string Trainer::poll_checkpoint(bool wait) {
               " MB/s); training blocked ", flags[2], " s");
     if (config_.fault.corrupt_step == state.step) corrupt_for_test(dir);
   }
-  if (wait && groups_) groups_->world().barrier();
+  if (wait) groups_->world().barrier();
   return dir;
 }
 
@@ -286,16 +284,15 @@ void Trainer::load_checkpoint(const std::string& dir) {
 }
 
 void Trainer::resume() {
-  const std::string& mode = config_.run.resume;
-  if (mode == "none") return;
+  if (plan_.resume == ResumeMode::none) return;
   const std::string root = ckpt_root_of(config_);
   std::vector<std::string> candidates;
-  if (mode == "auto") {
+  if (plan_.resume == ResumeMode::latest) {
     auto latest = latest_checkpoint(root);
     if (!latest) return;
     candidates.push_back(*latest);
   } else {
-    candidates.push_back(resolve_checkpoint(mode));
+    candidates.push_back(resolve_checkpoint(plan_.resume_path));
   }
   restore(candidates.front());
 }
@@ -328,7 +325,7 @@ void Trainer::restore(const std::string& newest) {
                    {{"checkpoint", dir}, {"file", e.file()}, {"error", e.what()}});
       bad = static_cast<float>(rank_ + 1);
     }
-    if (groups_) groups_->world().all_reduce(&bad, 1, DType::f32, ReduceOp::max)->wait();
+    groups_->world().all_reduce(&bad, 1, DType::f32, ReduceOp::max)->wait();
     if (bad > 0) {
       const bool last = c + 1 == candidates.size();
       if (is_rank0())

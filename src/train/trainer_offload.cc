@@ -19,13 +19,14 @@ void Trainer::make_host_offload(std::vector<OptimSegment> segments, int64_t stat
   // The host update rounds the bf16 working copy as AdamW would, and uploads it with the params.
   optimizer_writes_bf16_ = attach_bf16_copy(segments);
   HostOffloadOptions o;
-  o.chunk_elements = offload_chunk_elements(config_.optim);
+  o.chunk_elements = plan_.offload_chunk_elements;
   auto host = std::make_unique<HostOffloadAdamW>(std::move(segments), state_size, config_.optim,
                                                  model_->backend(), o);
-  // One process: each group's gradients start downloading as soon as backward has finished them.
-  // With process groups the DataParallel hooks are the model's, and step() downloads after the
-  // reduction.
-  if (!groups_) {
+  // A world of one rank at ZeRO stage 0 reduces nothing, so each group's gradients are final
+  // when backward has finished them and start downloading then (DataParallel's hooks do nothing
+  // there and give way). Otherwise the DataParallel hooks are the model's, and step() downloads
+  // after the reduction.
+  if (world_ == 1 && dp_->zero_stage() == 0) {
     offload_hooks_ = std::make_unique<HostOffloadGradHooks>(model_->params(), *host);
     model_->set_hooks(offload_hooks_.get());
   }

@@ -89,28 +89,28 @@ TEST(RankEnvironment, OpenMpiSlurmPmixAndNone) {
                       {"OMPI_COMM_WORLD_SIZE", "8"},
                       {"SLURM_PROCID", "0"},  // mpirun inside an allocation: Open MPI wins
                       {"PMIX_RANK", "3"}});
-  EXPECT_EQ(e.launcher, "mpirun");
+  EXPECT_EQ(e.launcher, Launcher::mpirun);
   EXPECT_EQ(e.rank, 3);
   EXPECT_EQ(e.local_rank, 1);
   EXPECT_EQ(e.world_size, 8);
 
   e = detect({{"SLURM_PROCID", "5"}, {"SLURM_LOCALID", "1"}, {"SLURM_NTASKS", "16"}});
-  EXPECT_EQ(e.launcher, "srun");
+  EXPECT_EQ(e.launcher, Launcher::srun);
   EXPECT_EQ(e.rank, 5);
   EXPECT_EQ(e.local_rank, 1);
   EXPECT_EQ(e.world_size, 16);
 
   e = detect({{"PMIX_RANK", "2"}});
-  EXPECT_EQ(e.launcher, "mpirun");
+  EXPECT_EQ(e.launcher, Launcher::mpirun);
   EXPECT_EQ(e.rank, 2);
   EXPECT_EQ(e.world_size, 0);
 
   e = detect({{"OMPI_MCA_ess", "singleton"}, {"PMIX_RANK", "0"}});
-  EXPECT_EQ(e.launcher, "none");
+  EXPECT_EQ(e.launcher, Launcher::none);
   EXPECT_EQ(e.world_size, 1);
 
   e = detect({});
-  EXPECT_EQ(e.launcher, "none");
+  EXPECT_EQ(e.launcher, Launcher::none);
   EXPECT_EQ(e.rank, 0);
   EXPECT_EQ(e.world_size, 1);
 
@@ -126,7 +126,7 @@ TEST(RankEnvironment, OpenMpiSlurmPmixAndNone) {
 TEST(RankEnvironment, AgreesWithMpi) {
   const RankEnv e = detect_rank_env();
   EXPECT_EQ(e.rank, mpi_world_rank());
-  if (e.launcher != "none") {
+  if (e.launcher != Launcher::none) {
     EXPECT_EQ(e.world_size, mpi_world_size());
   }
 }

@@ -71,6 +71,7 @@ TEST(ProcessGroups, EveryLayoutOfThisWorld) {
     for (int pp = 1; pp <= world; ++pp) {
       if (world % (tp * pp)) continue;
       ProcessGroups g = ProcessGroups::create(resolve_layout(tp, pp, 0, 0, world));
+      EXPECT_TRUE(g.has_mpi());
       check_groups(g);
     }
   }

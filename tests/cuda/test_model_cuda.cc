@@ -27,7 +27,7 @@ constexpr double kTol = 1e-4;
 
 ModelConfig model_config(const nlohmann::json& j) {
   ModelConfig c = testing::golden_model_config(j);
-  c.attention = "flash";  // the GPU's attention (no naive kernel on cuda)
+  c.attention = AttentionKernel::flash;  // the GPU's attention (no naive kernel on cuda)
   return c;
 }
 
@@ -114,7 +114,7 @@ TEST(CudaModel, Bf16TrainsLikeTheCpu) {
     c.vocab_size = 1000;
     c.max_seq_len = 64;
     c.tie_embeddings = family == ModelFamily::gpt2;
-    c.attention = "flash";
+    c.attention = AttentionKernel::flash;
     const int64_t b = 2, t = 64;
     std::mt19937 rng(3);
     std::vector<int32_t> in(b * t), tg(b * t);

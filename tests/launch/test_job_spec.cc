@@ -128,7 +128,7 @@ TEST(JobSpec, MpiJob) {
 TEST(JobSpec, VolcanoJob) {
   JobSpec s = spec_of(4, 2, 1, 2);
   s.nodes = 2;
-  s.k8s_kind = "volcano";
+  s.k8s_kind = K8sKind::volcano;
   s.k8s_namespace = "ml";
   s.pvc = "runs";
   const auto docs = k8s_documents(s);

@@ -27,8 +27,8 @@ constexpr int64_t kBatch = 2, kSeq = 16, kLayers = 5;
 struct Case {
   ModelFamily family;
   DType precision;
-  const char* recompute;
-  const char* attention;
+  Recompute recompute;
+  AttentionKernel attention;
   std::string name() const {
     return cat(family_name(family), " ", dtype_name(precision), " recompute ", recompute, " ",
                attention);
@@ -52,7 +52,7 @@ Result run(const Case& c, Backend* backend, bool offload) {
   DecoderOptions o;
   o.precision = c.precision;
   o.backend = backend;
-  o.recompute = {recompute_from_name(c.recompute), 0};
+  o.recompute = {c.recompute, 0};
   o.offload_activations = offload;
   Decoder model(model_config(c), arena, kBatch, kSeq, o);
   model.init(3);
@@ -78,11 +78,11 @@ TEST(ActivationOffload, BitwiseTheGradientsOfKeepingEverything) {
   std::vector<Case> cases;
   for (ModelFamily family : {ModelFamily::gpt2, ModelFamily::llama})
     for (DType precision : {DType::f32, DType::bf16})
-      for (const char* recompute : {"none", "selective"})
-        cases.push_back({family, precision, recompute, "flash"});
+      for (Recompute recompute : {Recompute::none, Recompute::selective})
+        cases.push_back({family, precision, recompute, AttentionKernel::flash});
   // Naive attention keeps the probabilities (none) or recomputes them from the uploaded q, k.
-  cases.push_back({ModelFamily::gpt2, DType::f32, "none", "naive"});
-  cases.push_back({ModelFamily::llama, DType::bf16, "selective", "naive"});
+  cases.push_back({ModelFamily::gpt2, DType::f32, Recompute::none, AttentionKernel::naive});
+  cases.push_back({ModelFamily::llama, DType::bf16, Recompute::selective, AttentionKernel::naive});
   for (const Case& c : cases) {
     const Result want = run(c, nullptr, false);
     const Result cpu = run(c, nullptr, true);
@@ -105,7 +105,7 @@ TEST(ActivationOffload, BitwiseTheGradientsOfKeepingEverything) {
 
 // The window: two layers' activations on the device, of kLayers, plus every block output.
 TEST(ActivationOffload, DeviceHoldsTwoLayersAndTheBlockOutputs) {
-  const Case c{ModelFamily::gpt2, DType::f32, "none", "flash"};
+  const Case c{ModelFamily::gpt2, DType::f32, Recompute::none, AttentionKernel::flash};
   ModelConfig m = model_config(c);
   m.finalize();  // as the Decoder does (the ffn width)
   const ModelShard shard = ModelShard::whole(m);
@@ -122,8 +122,9 @@ TEST(ActivationOffload, DeviceHoldsTwoLayersAndTheBlockOutputs) {
 std::string construction_error(const DecoderOptions& o) {
   Arena arena;
   try {
-    Decoder model(model_config({ModelFamily::gpt2, DType::f32, "none", "flash"}), arena, kBatch,
-                  kSeq, o);
+    Decoder model(
+        model_config({ModelFamily::gpt2, DType::f32, Recompute::none, AttentionKernel::flash}),
+        arena, kBatch, kSeq, o);
   } catch (const Error& e) {
     return e.what();
   }

@@ -65,12 +65,12 @@ bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
 TEST(Backend, GuardedRunIsBitwiseThePlainCpuRun) {
   for (ModelFamily family : {ModelFamily::gpt2, ModelFamily::llama, ModelFamily::qwen3}) {
     for (DType precision : {DType::f32, DType::bf16}) {
-      for (const char* attention : {"naive", "flash"}) {
+      for (AttentionKernel attention : {AttentionKernel::naive, AttentionKernel::flash}) {
         for (bool tied : {true, false}) {
           const ModelConfig c = tiny_model(family, attention, tied);
           const std::string what = std::string(family_name(family)) + " " +
-                                   std::string(dtype_name(precision)) + " " + attention +
-                                   (tied ? " tied" : " untied");
+                                   std::string(dtype_name(precision)) + " " +
+                                   std::string(enum_name(attention)) + (tied ? " tied" : " untied");
           const Result want = run(c, precision, nullptr);
           GuardedBackend guarded;
           const Result got = run(c, precision, &guarded);
@@ -87,7 +87,7 @@ TEST(Backend, GuardedRunIsBitwiseThePlainCpuRun) {
 
 // generate reads the logits through the backend.
 TEST(Backend, GenerateOnTheGuardedBackend) {
-  const ModelConfig c = tiny_model(ModelFamily::llama, "flash", false);
+  const ModelConfig c = tiny_model(ModelFamily::llama, AttentionKernel::flash, false);
   SampleOptions s;
   s.max_new_tokens = 6;
   s.temperature = 0.7f;
@@ -116,7 +116,7 @@ TEST(BackendDeathTest, HostAccessOfDeviceMemoryCrashes) {
         Arena arena(guarded.memory());
         DecoderOptions o;
         o.backend = &guarded;
-        Decoder m(tiny_model(ModelFamily::gpt2, "flash", true), arena, 1, 8, o);
+        Decoder m(tiny_model(ModelFamily::gpt2, AttentionKernel::flash, true), arena, 1, 8, o);
         m.init(1);
         volatile float x = m.params().data()[0];
         (void)x;
@@ -143,9 +143,12 @@ std::string construction_error(const ModelConfig& c, Backend& backend, Arena& ar
 TEST(Backend, NaiveAttentionNeedsABackendThatHasIt) {
   NoNaiveBackend backend;
   Arena arena(backend.memory());
-  EXPECT_EQ(construction_error(tiny_model(ModelFamily::gpt2, "naive", true), backend, arena),
+  EXPECT_EQ(construction_error(tiny_model(ModelFamily::gpt2, AttentionKernel::naive, true), backend,
+                               arena),
             "model.attention = \"naive\" is not available on cpu; use \"flash\"");
-  EXPECT_EQ(construction_error(tiny_model(ModelFamily::gpt2, "flash", true), backend, arena), "");
+  EXPECT_EQ(construction_error(tiny_model(ModelFamily::gpt2, AttentionKernel::flash, true), backend,
+                               arena),
+            "");
 }
 
 // The operands' type is an argument of one method, not a twin: bf16 operands (1.5 and 2, exact
@@ -175,8 +178,8 @@ TEST(Backend, OperandTypeIsAnArgument) {
 TEST(Backend, ArenaMustTakeTheBackendsMemory) {
   GuardedBackend backend;
   Arena host;
-  const std::string error =
-      construction_error(tiny_model(ModelFamily::llama, "flash", false), backend, host);
+  const std::string error = construction_error(
+      tiny_model(ModelFamily::llama, AttentionKernel::flash, false), backend, host);
   EXPECT_NE(error.find("the arena's memory (host) is not the memory of the model's backend "
                        "(guarded)"),
             std::string::npos)

@@ -122,7 +122,7 @@ TEST_P(DecoderFamilies, SeededSamplingIsDeterministic) {
 TEST_P(DecoderFamilies, FlashAttentionGivesTheSameLossAndGradients) {
   // model.attention = "flash" changes how attention is computed and what it saves, not the result.
   ModelConfig naive_cfg = tiny(GetParam()), flash_cfg = tiny(GetParam());
-  flash_cfg.attention = "flash";
+  flash_cfg.attention = AttentionKernel::flash;
   Arena arena;
   Decoder naive(naive_cfg, arena, 2, 16), flash(flash_cfg, arena, 2, 16);
   naive.init(11);

@@ -27,7 +27,7 @@ std::vector<Family> families() {
   llama3.rope_scaling = RopeScaling::llama3;  // hd 16, theta 1e4: pairs in all three bands
   llama3.rope_original_max_seq_len = 64;
   llama3.rope_factor = 8.0;
-  ModelConfig qwen3_tied = testing::tiny_model(ModelFamily::qwen3, "naive", true);
+  ModelConfig qwen3_tied = testing::tiny_model(ModelFamily::qwen3, AttentionKernel::naive, true);
   return {{"gpt2", testing::tiny_model(ModelFamily::gpt2)},
           {"llama", testing::tiny_model(ModelFamily::llama)},
           {"llama3", llama3},

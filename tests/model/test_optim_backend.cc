@@ -45,7 +45,7 @@ Result run(ModelFamily family, DType precision, GuardedBackend* backend) {
   DecoderOptions o;
   o.precision = precision;
   o.backend = backend;
-  Decoder model(tiny_model(family, "flash"), arena, kBatch, kSeq, o);
+  Decoder model(tiny_model(family, AttentionKernel::flash), arena, kBatch, kSeq, o);
   model.init(7);
   ParamStore& params = model.params();
   OptimConfig oc;

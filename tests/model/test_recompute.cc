@@ -13,7 +13,7 @@
 namespace strata {
 namespace {
 
-ModelConfig model(ModelFamily family, int64_t layers, const std::string& attention) {
+ModelConfig model(ModelFamily family, int64_t layers, AttentionKernel attention) {
   ModelConfig c;
   c.family = family;
   c.n_layer = layers;
@@ -62,13 +62,14 @@ Grads run(const ModelConfig& c, RecomputePolicy policy, int64_t b, int64_t t,
 TEST(Recompute, GradientsAreBitwiseIdentical) {
   for (DType precision : {DType::f32, DType::bf16}) {
     for (ModelFamily family : {ModelFamily::gpt2, ModelFamily::llama, ModelFamily::qwen3}) {
-      for (const char* attention : {"naive", "flash"}) {
+      for (AttentionKernel attention : {AttentionKernel::naive, AttentionKernel::flash}) {
         const ModelConfig c = model(family, 3, attention);
         const Grads want = run(c, {Recompute::none, 0}, 2, 16, precision);
         for (Recompute mode : {Recompute::selective, Recompute::full}) {
           for (int64_t layers : {0, 2}) {
             const Grads got = run(c, {mode, layers}, 2, 16, precision);
-            const std::string what = std::string(family_name(family)) + " " + attention + " " +
+            const std::string what = std::string(family_name(family)) + " " +
+                                     std::string(enum_name(attention)) + " " +
                                      recompute_name(mode) + " layers=" + std::to_string(layers) +
                                      " " + std::string(dtype_name(precision));
             EXPECT_EQ(got.losses, want.losses) << what;
@@ -89,8 +90,8 @@ TEST(Recompute, GradientsAreBitwiseIdentical) {
 // both train alike (gradients within bf16's resolution).
 TEST(Recompute, FlashMatchesNaiveUnderMixedPrecision) {
   for (ModelFamily family : {ModelFamily::gpt2, ModelFamily::llama}) {
-    const Grads naive = run(model(family, 2, "naive"), {}, 2, 16, DType::bf16);
-    const Grads flash = run(model(family, 2, "flash"), {}, 2, 16, DType::bf16);
+    const Grads naive = run(model(family, 2, AttentionKernel::naive), {}, 2, 16, DType::bf16);
+    const Grads flash = run(model(family, 2, AttentionKernel::flash), {}, 2, 16, DType::bf16);
     for (size_t i = 0; i < naive.losses.size(); ++i)
       EXPECT_NEAR(flash.losses[i], naive.losses[i], 1e-4 * naive.losses[i]);
     double num = 0, den = 0;
@@ -110,7 +111,7 @@ double layer_bytes(ModelFamily family, Recompute mode, int64_t b, int64_t s) {
     Arena arena;
     DecoderOptions o;
     o.recompute = {mode, 0};
-    Decoder m(model(family, i == 0 ? 2 : 4, "naive"), arena, b, s, o);
+    Decoder m(model(family, i == 0 ? 2 : 4, AttentionKernel::naive), arena, b, s, o);
     bytes[i] = arena.current(MemCategory::activations);
   }
   return static_cast<double>(bytes[1] - bytes[0]) / 2.0;
@@ -127,7 +128,7 @@ double layer_bytes(ModelFamily family, Recompute mode, int64_t b, int64_t s) {
 // the SwiGLU MLP keeps gate|up (2f) and its output (f) instead of 4h and 4h.
 double formula_bytes(ModelFamily family, Recompute mode, int64_t b, int64_t s) {
   const ModelConfig c = [&] {
-    ModelConfig m = model(family, 2, "naive");
+    ModelConfig m = model(family, 2, AttentionKernel::naive);
     m.finalize();
     return m;
   }();

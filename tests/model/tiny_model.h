@@ -11,7 +11,7 @@
 
 namespace strata::testing {
 
-inline ModelConfig tiny_model(ModelFamily family, const std::string& attention, bool tied) {
+inline ModelConfig tiny_model(ModelFamily family, AttentionKernel attention, bool tied) {
   ModelConfig c;
   c.family = family;
   c.n_layer = 2;
@@ -27,7 +27,8 @@ inline ModelConfig tiny_model(ModelFamily family, const std::string& attention, 
 }
 
 // gpt2 ties its head to the embedding, llama does not.
-inline ModelConfig tiny_model(ModelFamily family, const std::string& attention = "naive") {
+inline ModelConfig tiny_model(ModelFamily family,
+                              AttentionKernel attention = AttentionKernel::naive) {
   return tiny_model(family, attention, family == ModelFamily::gpt2);
 }
 

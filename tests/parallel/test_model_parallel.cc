@@ -114,10 +114,11 @@ bucket_mb = 0.02
   c.parallel.zero = k.zero;
   c.parallel.sp = k.sp;
   c.parallel.vpp = k.vpp;
-  c.parallel.schedule = k.schedule;
-  c.train.recompute = k.recompute;
-  c.train.precision = k.precision;
-  c.parallel.grad_reduce_dtype = k.grad_reduce;
+  c.parallel.schedule = parse_enum<ScheduleKind>("parallel.schedule", k.schedule);
+  c.train.recompute = parse_enum<Recompute>("train.recompute", k.recompute);
+  c.train.precision = parse_enum<Precision>("train.precision", k.precision);
+  c.parallel.grad_reduce_dtype =
+      parse_enum<GradReduceType>("parallel.grad_reduce_dtype", k.grad_reduce);
   c.optim.grad_clip = k.grad_clip;
   return c;
 }

@@ -169,10 +169,11 @@ void expect_error(F&& f, const std::string& needle) {
 }
 
 TEST(PipelineSchedule, ClearErrors) {
-  EXPECT_EQ(parse_schedule_kind("gpipe"), ScheduleKind::gpipe);
-  EXPECT_EQ(parse_schedule_kind("1f1b"), ScheduleKind::one_f_one_b);
-  EXPECT_EQ(parse_schedule_kind("interleaved"), ScheduleKind::interleaved);
-  expect_error([] { parse_schedule_kind("1F1B-interleaved"); }, "parallel.schedule");
+  EXPECT_EQ(enum_from_name<ScheduleKind>("gpipe"), ScheduleKind::gpipe);
+  EXPECT_EQ(enum_from_name<ScheduleKind>("1f1b"), ScheduleKind::one_f_one_b);
+  EXPECT_EQ(enum_from_name<ScheduleKind>("interleaved"), ScheduleKind::interleaved);
+  expect_error([] { parse_enum<ScheduleKind>("parallel.schedule", "1F1B-interleaved"); },
+               "parallel.schedule");
   const auto gp = ScheduleKind::gpipe, fb = ScheduleKind::one_f_one_b;
   const auto il = ScheduleKind::interleaved;
   expect_error([&] { validate_pipeline_config(fb, 0, 4, 1); }, "parallel.pp");

@@ -60,39 +60,32 @@ class ShapeComm final : public Comm {
 // it under process groups. ModelParallel needs real process groups, so its buffers are added from
 // the ParamStore's slices here, the way its constructor sizes them.
 MemBytes build_rank(const RunConfig& config, int world, int pp_rank, const std::string& dir) {
+  const RunPlan plan = resolve_run_plan(config, world, true);
   const TrainConfig& t = config.train;
-  const ParallelConfig& p = config.parallel;
-  const int tp = static_cast<int>(p.tp), pp = static_cast<int>(p.pp);
-  const int dp = world / (tp * pp);
-  const int64_t m = micro_batches_per_step(config), tokens = t.batch_size * t.seq_len;
+  const int tp = plan.layout.tp, pp = plan.layout.pp, dp = plan.layout.dp;
+  const int vpp = static_cast<int>(config.parallel.vpp);
+  const int m = static_cast<int>(plan.micro_batches);
   ShapeComm dp_comm(0, dp, "dp"), tp_comm(0, tp, "tp"), pp_comm(pp_rank, pp, "pp");
   Arena arena;
-  DataParallel data_parallel(dp_comm, data_parallel_options(p));
-  DecoderOptions o;
-  o.recompute = recompute_policy(t);
-  o.precision = train_precision(t);
+  DataParallel data_parallel(dp_comm, plan.data_parallel);
+  DecoderOptions o = plan.decoder_options(0, pp_rank);
   o.plan = [&](ParamStore& params) { data_parallel.plan(params); };
-  const ShardSpec spec{tp, pp, static_cast<int>(p.vpp), p.sp, tokens, p.stage_layers};
   std::vector<PipelineAction> actions;
-  if (tp > 1 || pp > 1) {
-    ModelConfig mc = config.model;
-    mc.finalize();
-    o.shard = spec.for_rank(mc, 0, pp_rank);
+  if (plan.sharded_model()) {
     o.tp = tp > 1 ? &tp_comm : nullptr;
     if (pp > 1) {
-      actions = make_schedule(parse_schedule_kind(p.schedule), pp, static_cast<int>(m),
-                              static_cast<int>(p.vpp), pp_rank);
-      o.chunk_slots = pipeline_slots_needed(actions, static_cast<int>(p.vpp));
+      actions = make_schedule(plan.schedule, pp, m, vpp, pp_rank);
+      o.chunk_slots = pipeline_slots_needed(actions, vpp);
     }
   }
   Decoder model(config.model, arena, t.batch_size, t.seq_len, o);
   data_parallel.setup(model.params(), arena);
   std::unique_ptr<AdamW> adam;
   std::unique_ptr<OffloadedAdamW> offload;
-  if (config.optim.offload == "nvme") {
+  if (plan.optimizer_offload == OptimizerOffload::nvme) {
     OffloadOptions oo;
     oo.dir = dir + "/offload";
-    oo.chunk_elements = offload_chunk_elements(config.optim);
+    oo.chunk_elements = plan.offload_chunk_elements;
     offload = std::make_unique<OffloadedAdamW>(data_parallel.optimizer_segments(),
                                                data_parallel.optimizer_state_size(), arena,
                                                config.optim, oo);
@@ -112,8 +105,7 @@ MemBytes build_rank(const RunConfig& config, int world, int pp_rank, const std::
       model_parallel += ps.info(sh.has_embedding ? model.index().embed : model.index().head).numel;
   }
   std::unique_ptr<PipelineExecutor> pipe;
-  if (pp > 1)
-    pipe = std::make_unique<PipelineExecutor>(model, pp_comm, actions, static_cast<int>(m), arena);
+  if (pp > 1) pipe = std::make_unique<PipelineExecutor>(model, pp_comm, actions, m, arena);
   MemBytes bytes = arena.stats().current;
   bytes[static_cast<int>(MemCategory::comm)] += 4 * model_parallel;
   return bytes;
@@ -121,22 +113,21 @@ MemBytes build_rank(const RunConfig& config, int world, int pp_rank, const std::
 
 // The one-process trainer (no launcher, 1x1x1): Trainer::build_model's first branch.
 MemBytes build_single(const RunConfig& config, const std::string& dir) {
+  const RunPlan plan = resolve_run_plan(config, 1, false);
   const TrainConfig& t = config.train;
   Arena arena;
-  DecoderOptions o;
-  o.recompute = recompute_policy(t);
-  o.precision = train_precision(t);
-  o.offload_activations = t.activation_offload;
+  const DecoderOptions o = plan.decoder_options();
   Decoder model(config.model, arena, t.batch_size, t.seq_len, o);
   std::unique_ptr<AdamW> adam;
   std::unique_ptr<OffloadedOptimizer> offload;
-  if (config.optim.offload == "nvme") {
+  if (plan.optimizer_offload == OptimizerOffload::nvme) {
     OffloadOptions oo;
     oo.dir = dir + "/offload";
-    oo.chunk_elements = offload_chunk_elements(config.optim);
+    oo.chunk_elements = plan.offload_chunk_elements;
     offload = std::make_unique<OffloadedAdamW>(segments_for_all(model.params()),
                                                model.params().size(), arena, config.optim, oo);
-  } else if (config.optim.offload == "cpu") {  // the state in a host arena of its own
+  } else if (plan.optimizer_offload ==
+             OptimizerOffload::cpu) {  // the state in a host arena of its own
     offload = std::make_unique<HostOffloadAdamW>(
         segments_for_all(model.params()), model.params().size(), config.optim, model.backend());
   } else {
@@ -183,7 +174,7 @@ TEST(MemoryModel, OneProcessMatchesTheArenaExactly) {
   for (const char* family : {"gpt2", "llama"}) {
     for (const char* precision : {"f32", "bf16", "fp16"}) {
       for (const char* recompute : {"none", "selective", "full"}) {
-        for (const char* attention : {"naive", "flash"}) {
+        for (AttentionKernel attention : {AttentionKernel::naive, AttentionKernel::flash}) {
           std::vector<std::string> sets = {
               cat("model.family=", family), cat("train.precision=", precision),
               cat("train.recompute=", recompute), cat("model.attention=", attention)};
@@ -311,7 +302,7 @@ TEST(MemoryModel, TwentyThousandEstimatesOfATrillionParameterModelTakeUnderTwoSe
   for (int64_t tp : {1, 2, 4, 8})
     for (int64_t pp : {1, 2, 4, 8, 16})
       for (int64_t zero : {0, 1, 2, 3})
-        for (const char* recompute : {"none", "selective", "full"})
+        for (Recompute recompute : {Recompute::none, Recompute::selective, Recompute::full})
           for (int64_t mb : {1, 2, 4}) {
             if (pp > 1 && zero > 1) continue;
             RunConfig l = c;

@@ -219,7 +219,7 @@ TEST(PerfModel, PublishedRuns) {
     c.model.vocab_size = 250880;
     c.train.batch_size = 2;
     c.parallel.micro_batches = 128;
-    c.train.precision = "bf16";
+    c.train.precision = Precision::bf16;
     c.parallel.zero = 1;
     runs.push_back({"BLOOM 176B", "tp 4 pp 12 dp 8 zero 1, batch 2048, mb 2",
                     "Le Scao et al. 2022 (~150 TFLOP/s per GPU)", c, 384, jz, 150, -1});

@@ -99,8 +99,8 @@ TEST(Config, EmptyFileGivesTheDocumentedDefaults) {
   EXPECT_EQ(c.train.steps, 200);
   EXPECT_EQ(c.train.seed, 1337u);
   EXPECT_EQ(c.optim.lr, 6e-4f);
-  EXPECT_EQ(c.optim.decay, "cosine");
-  EXPECT_EQ(c.data.source, "synthetic");
+  EXPECT_EQ(c.optim.decay, LrDecay::cosine);
+  EXPECT_EQ(c.data.source, DataSource::synthetic);
   EXPECT_TRUE(c.data.text.empty());
   EXPECT_EQ(c.data.filters.max_doc_chars, 1000000);
   EXPECT_EQ(c.run.resume, "auto");
@@ -142,17 +142,17 @@ TEST(Config, FullFileSetsEveryField) {
   EXPECT_EQ(c.train.log_every, 1);
   EXPECT_EQ(c.train.checkpoint_every, 5);
   EXPECT_EQ(c.train.keep_last, 3);
-  EXPECT_EQ(c.train.precision, "f32");
+  EXPECT_EQ(c.train.precision, Precision::f32);
   EXPECT_EQ(c.optim.lr, 1e-3f);
   EXPECT_EQ(c.optim.min_lr, 0.0f);  // an integer where a float is expected is fine
   EXPECT_EQ(c.optim.warmup_steps, 0);
-  EXPECT_EQ(c.optim.decay, "linear");
+  EXPECT_EQ(c.optim.decay, LrDecay::linear);
   EXPECT_EQ(c.optim.beta1, 0.8f);
   EXPECT_EQ(c.optim.beta2, 0.99f);
   EXPECT_EQ(c.optim.eps, 1e-6f);
   EXPECT_EQ(c.optim.weight_decay, 0.0f);
   EXPECT_EQ(c.optim.grad_clip, 0.5f);
-  EXPECT_EQ(c.data.source, "text");
+  EXPECT_EQ(c.data.source, DataSource::text);
   EXPECT_EQ(c.data.text, (std::vector<std::string>{"a.txt", "b.txt"}));
   EXPECT_EQ(c.data.dir, "data/x");
   EXPECT_EQ(c.data.document_separator, "\n");
@@ -246,29 +246,31 @@ INSTANTIATE_TEST_SUITE_P(
         BadValue{"[train]\neval_every = -1", "train.eval_every:"},
         BadValue{"[train]\nlog_every = 0", "train.log_every:"},
         BadValue{"[train]\nkeep_last = 0", "train.keep_last:"},
+        BadValue{"[train]\nprecision = \"fp8\"",
+                 "train.precision: unknown value 'fp8' (expected \"f32\", \"bf16\" or \"fp16\")"},
         BadValue{
-            "[train]\nprecision = \"fp8\"",
-            "train.precision: unknown precision 'fp8' (expected \"f32\", \"bf16\" or \"fp16\")"},
-        BadValue{"[train]\nrecompute = \"some\"", "train.recompute: unknown mode 'some'"},
+            "[train]\nrecompute = \"some\"",
+            "train.recompute: unknown value 'some' (expected \"none\", \"selective\" or \"full\")"},
         BadValue{"[fp16]\nhysteresis = 0", "fp16.hysteresis: must be at least 1"},
         BadValue{"[optim]\noffload = \"gpu\"",
-                 "optim.offload: 'gpu' (expected \"none\", \"nvme\" (master weights"},
+                 "optim.offload: unknown value 'gpu' (expected \"none\", \"nvme\" or \"cpu\")"},
         BadValue{"[parallel]\nsp = true", "parallel.sp = true needs parallel.tp > 1"},
         BadValue{"[parallel]\npp = 2\nvpp = 2",
                  "parallel.vpp = 2 needs parallel.schedule = \"interleaved\""},
-        BadValue{"[parallel]\ngrad_reduce_dtype = \"f16\"", "parallel.grad_reduce_dtype: 'f16'"},
+        BadValue{"[parallel]\ngrad_reduce_dtype = \"f16\"",
+                 "parallel.grad_reduce_dtype: unknown value 'f16' (expected \"f32\" or \"bf16\")"},
         BadValue{"[optim]\nlr = 0", "optim.lr: must be positive"},
         BadValue{"[optim]\nlr = -1e-3", "optim.lr: must be positive"},
         BadValue{"[optim]\nmin_lr = 1.0", "optim.min_lr: must be in [0, optim.lr"},
         BadValue{"[optim]\nmin_lr = -1e-5", "optim.min_lr:"},
         BadValue{"[optim]\nwarmup_steps = -1", "optim.warmup_steps:"},
-        BadValue{"[optim]\ndecay = \"step\"", "optim.decay: unknown schedule 'step'"},
+        BadValue{"[optim]\ndecay = \"step\"", "optim.decay: unknown value 'step'"},
         BadValue{"[optim]\nbeta1 = 1.0", "optim.beta1: must be in [0, 1)"},
         BadValue{"[optim]\nbeta2 = -0.1", "optim.beta2: must be in [0, 1)"},
         BadValue{"[optim]\neps = 0", "optim.eps: must be positive"},
         BadValue{"[optim]\nweight_decay = -0.1", "optim.weight_decay:"},
         BadValue{"[optim]\ngrad_clip = -1", "optim.grad_clip:"},
-        BadValue{"[data]\nsource = \"web\"", "data.source: unknown source 'web'"},
+        BadValue{"[data]\nsource = \"web\"", "data.source: unknown value 'web'"},
         BadValue{"[data]\nsource = \"text\"", "data.text: data.source = \"text\" needs"},
         BadValue{"[data]\nval_fraction = 0", "data.val_fraction: must be in (0, 0.5]"},
         BadValue{"[data]\nval_fraction = 0.6", "data.val_fraction: must be in (0, 0.5]"},
@@ -278,7 +280,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadValue{"[run]\nresume = \"\"", "run.resume:"},
         BadValue{"[system]\nthreads = -1", "system.threads: must be 0 (all cores) or more"},
         BadValue{"[sample]\ntop_k = -1", "sample.top_k:"},
-        BadValue{"[model]\nfamily = \"gpt3\"", "model.family: unknown family 'gpt3'"},
+        BadValue{"[model]\nfamily = \"gpt3\"",
+                 "model.family: unknown value 'gpt3' (expected \"gpt2\", \"llama\" or \"qwen3\")"},
         // ModelConfig::finalize's checks surface with the key they name.
         BadValue{"[model]\nn_head = 3", "model.n_head: 3 heads do not divide d_model = 256"},
         BadValue{"[model]\nn_kv_head = 2", "model.n_kv_head:"},

@@ -88,7 +88,7 @@ TEST(DeepSpeedConfig, MapsTrainingKeys) {
   const RunConfig c = load_config_with_deepspeed(toml_file(), ds, {});
   EXPECT_EQ(c.train.batch_size, 2);
   EXPECT_EQ(c.train.grad_accum, 5);
-  EXPECT_EQ(c.train.precision, "bf16");
+  EXPECT_EQ(c.train.precision, Precision::bf16);
   EXPECT_FLOAT_EQ(c.optim.grad_clip, 0.5f);
   EXPECT_EQ(c.parallel.zero, 2);
   EXPECT_FALSE(c.parallel.overlap);
@@ -103,11 +103,11 @@ TEST(DeepSpeedConfig, MapsTrainingKeys) {
   EXPECT_FLOAT_EQ(c.optim.weight_decay, 0.05f);
   EXPECT_EQ(c.train.log_every, 7);
   EXPECT_FALSE(c.track.tensorboard);
-  EXPECT_EQ(c.parallel.grad_reduce_dtype, "bf16");
+  EXPECT_EQ(c.parallel.grad_reduce_dtype, GradReduceType::bf16);
   // Keys the file does not mention keep the TOML's values.
   EXPECT_EQ(c.train.steps, 6);
   EXPECT_EQ(c.optim.warmup_steps, 2);
-  EXPECT_EQ(c.optim.decay, "cosine");
+  EXPECT_EQ(c.optim.decay, LrDecay::cosine);
 }
 
 TEST(DeepSpeedConfig, Fp16LossScaler) {
@@ -115,7 +115,7 @@ TEST(DeepSpeedConfig, Fp16LossScaler) {
     "initial_scale_power": 12, "loss_scale_window": 500, "hysteresis": 3, "min_loss_scale": 0.5,
     "consecutive_hysteresis": true}})");
   const RunConfig c = apply(translate_deepspeed(j, "ds.json"));
-  EXPECT_EQ(c.train.precision, "fp16");
+  EXPECT_EQ(c.train.precision, Precision::fp16);
   EXPECT_EQ(c.fp16.loss_scale, 0.0f);
   EXPECT_EQ(c.fp16.initial_scale_power, 12);
   EXPECT_EQ(c.fp16.loss_scale_window, 500);
@@ -128,10 +128,10 @@ TEST(DeepSpeedConfig, PrecisionRules) {
   // Disabled precision sections mean f32, as in DeepSpeed.
   auto c = apply(translate_deepspeed(json::parse(R"({"fp16": {"enabled": false}})"), "d"),
                  {"train.precision=bf16"});
-  EXPECT_EQ(c.train.precision, "bf16");  // --set still applies last
+  EXPECT_EQ(c.train.precision, Precision::bf16);  // --set still applies last
   c = apply(translate_deepspeed(
       json::parse(R"({"bf16": {"enabled": false}, "fp16": {"enabled": false}})"), "d"));
-  EXPECT_EQ(c.train.precision, "f32");
+  EXPECT_EQ(c.train.precision, Precision::f32);
   const std::string both = error_of([] {
     translate_deepspeed(json::parse(R"({"bf16": {"enabled": true}, "fp16": {"enabled": true}})"),
                         "d");
@@ -145,19 +145,19 @@ TEST(DeepSpeedConfig, OptimizerOffload) {
                               "pin_memory": true}}})"),
                                            "ds.json");
   RunConfig c = apply(ds);
-  EXPECT_EQ(c.optim.offload, "nvme");
+  EXPECT_EQ(c.optim.offload, OptimizerOffload::nvme);
   EXPECT_EQ(c.optim.offload_dir, "/tmp/strata \"nvme\"");
   EXPECT_TRUE(ds.warnings.empty());
   // "cpu": ZeRO-Offload, strata's optim.offload = "cpu" (state and update on the host).
   ds = translate_deepspeed(
       json::parse(R"({"zero_optimization": {"offload_optimizer": {"device": "cpu"}}})"), "ds");
   c = apply(ds, {"optim.offload=nvme"});
-  EXPECT_EQ(c.optim.offload, "nvme");  // --set wins
-  EXPECT_EQ(apply(ds).optim.offload, "cpu");
+  EXPECT_EQ(c.optim.offload, OptimizerOffload::nvme);  // --set wins
+  EXPECT_EQ(apply(ds).optim.offload, OptimizerOffload::cpu);
   EXPECT_TRUE(ds.warnings.empty());
   // The deprecated spelling maps the same way, with a warning naming the current one.
   ds = translate_deepspeed(json::parse(R"({"zero_optimization": {"cpu_offload": true}})"), "ds");
-  EXPECT_EQ(apply(ds).optim.offload, "cpu");
+  EXPECT_EQ(apply(ds).optim.offload, OptimizerOffload::cpu);
   EXPECT_TRUE(has_warning(ds, "zero_optimization.cpu_offload"));
 }
 
@@ -179,7 +179,7 @@ TEST(DeepSpeedConfig, AutoKeepsStrataValues) {
   EXPECT_EQ(c.train.batch_size, 4);
   EXPECT_EQ(c.train.grad_accum, 3);
   EXPECT_FLOAT_EQ(c.optim.lr, 3e-3f);
-  EXPECT_EQ(c.train.precision, "f32");
+  EXPECT_EQ(c.train.precision, Precision::f32);
 }
 
 TEST(DeepSpeedConfig, UnsupportedKeysAreNamedInOneError) {
@@ -243,7 +243,7 @@ TEST(DeepSpeedConfig, Schedulers) {
                                            "ds");
   EXPECT_TRUE(ds.warnings.empty());
   RunConfig c = apply(ds);
-  EXPECT_EQ(c.optim.decay, "linear");
+  EXPECT_EQ(c.optim.decay, LrDecay::linear);
   EXPECT_FLOAT_EQ(c.optim.lr, 5e-4f);
   EXPECT_EQ(c.optim.min_lr, 0.0f);
   EXPECT_EQ(c.optim.warmup_steps, 10);
@@ -255,7 +255,7 @@ TEST(DeepSpeedConfig, Schedulers) {
     "params": {"warmup_min_lr": 1e-5, "warmup_max_lr": 1e-3, "warmup_num_steps": 4}}})"),
                            "ds");
   c = apply(ds);
-  EXPECT_EQ(c.optim.decay, "constant");
+  EXPECT_EQ(c.optim.decay, LrDecay::constant);
   EXPECT_FLOAT_EQ(c.optim.lr, 1e-3f);
   EXPECT_EQ(c.optim.warmup_steps, 4);
   EXPECT_EQ(c.train.steps, 6);
@@ -269,7 +269,7 @@ TEST(DeepSpeedConfig, Schedulers) {
                            "ds");
   const std::string toml = toml_file();
   c = load_config_with_deepspeed(toml, ds, {});
-  EXPECT_EQ(c.optim.decay, "cosine");
+  EXPECT_EQ(c.optim.decay, LrDecay::cosine);
   EXPECT_FLOAT_EQ(c.optim.lr, 1e-3f);
   EXPECT_FLOAT_EQ(c.optim.min_lr, 1e-4f);
   EXPECT_EQ(c.train.steps, 50);
@@ -349,7 +349,10 @@ TEST(DeepSpeedConfig, BatchRuleErrorsNameTheNumbers) {
             std::string::npos)
       << e;
   e = error_of([] { resolved(R"({"train_batch_size": 16})", 3, {}, {"parallel.tp=2"}); });
-  EXPECT_NE(e.find("world size 3 is not a multiple"), std::string::npos) << e;
+  EXPECT_NE(e.find("train_batch_size needs the data-parallel size: parallel.tp=2 x parallel.pp=1 "
+                   "= 2 ranks per model replica does not divide the world size 3"),
+            std::string::npos)
+      << e;
 }
 
 TEST(DeepSpeedConfig, WithoutDeepSpeedNothingChanges) {

@@ -90,7 +90,7 @@ TEST(Trainer, LearnsRealText) {
   const std::string dir = temp_dir("text");
   RunConfig c = small_config("gpt2", dir + "/run");
   c.model.vocab_size = 512;
-  c.data.source = "text";
+  c.data.source = DataSource::text;
   c.data.text = {std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/kjv_excerpt.txt"};
   c.data.dir = dir + "/data";
   c.data.filters.min_doc_chars = 32;
