@@ -105,14 +105,11 @@ void Trainer::inject_gradient_faults() {
   if (f.nan_step <= 0 || f.nan_rank != rank_ || step < f.nan_step ||
       step >= f.nan_step + std::max<int64_t>(1, f.nan_steps))
     return;
-  float* g = nullptr;
-  if (dp_) {
-    const std::vector<GradSpan> spans = dp_->grad_spans(0);
-    if (!spans.empty() && spans.front().count > 0) g = spans.front().grad;
-  } else {
-    g = model_->params().grad(0);
-  }
-  if (!g) return;
+  // The first element of parameter 0's gradient this rank holds (none: a ZeRO-2/3 shard without
+  // it).
+  const std::vector<GradSpan> spans = dp_->grad_spans(0);
+  if (spans.empty() || spans.front().count == 0) return;
+  float* g = spans.front().grad;
   log::warn("fault injection: rank ", rank_, " writes NaN into a gradient at step ", step);
   const float nan = std::numeric_limits<float>::quiet_NaN();
   device_->upload(g, &nan, 1);

@@ -58,7 +58,7 @@ CheckpointState Trainer::checkpoint_state() const {
 // for its ZeRO shard (f32 master weights under ZeRO-3, Adam moments from ZeRO-1 on).
 Trainer::HostState Trainer::host_state(bool download) {
   HostState s;
-  const bool sharded = dp_ && dp_->params_sharded();
+  const bool sharded = dp_->params_sharded();
   s.np = sharded ? dp_->shard_size() : model_->params().size();
   const bool in_memory = optimizer_->state_in_model_memory();
   s.ns = in_memory ? optimizer_->state_size() : 0;
@@ -107,8 +107,8 @@ std::vector<SliceSource> Trainer::checkpoint_sources(bool read_offloaded) {
     v = offload_snapshot_.data() + 2 * n;
   }
   const bool dp_lead = groups_->dp().rank() == 0;
-  const bool params_sharded = dp_ && dp_->params_sharded();
-  const bool state_sharded = dp_ && dp_->optimizer_sharded();
+  const bool params_sharded = dp_->params_sharded();
+  const bool state_sharded = dp_->optimizer_sharded();
   const float* pbase = st.params;
   std::vector<SliceSource> out;
   for (int i = 0; i < params.count(); ++i) {
@@ -235,8 +235,8 @@ std::string Trainer::save() {
 void Trainer::load_checkpoint(const std::string& dir) {
   ParamStore& params = model_->params();
   const std::vector<SliceEntry> entries = read_checkpoint_index(dir);
-  const bool params_sharded = dp_ && dp_->params_sharded();
-  const bool state_sharded = dp_ && dp_->optimizer_sharded();
+  const bool params_sharded = dp_->params_sharded();
+  const bool state_sharded = dp_->optimizer_sharded();
   // On a GPU the slices are read into host copies, then uploaded (elements no slice covers keep
   // their values: the copies start as the device's).
   const HostState st = host_state();
