@@ -11,6 +11,8 @@ packages=(
   libsqlite3-dev                           # the model registry's index (strata registry)
   libhwy-dev                               # Google Highway: the kernels' SIMD, chosen at run time
   libxxhash-dev                            # xxHash: checkpoint and file checksums (XXH64, XXH3)
+  libsimdjson-dev zlib1g-dev libzstd-dev zstd  # corpus readers: JSON Lines, gzip, zstd
+  libutf8proc-dev libpcre2-dev             # HF tokenizer.json: NFC; split patterns without a matcher
   qemu-user-static                         # the kernel suite on an emulated AVX2-only CPU
   openmpi-bin libopenmpi-dev libpmix-dev   # the CPU communication engine (PMIx for srun)
   slurm-wlm munge                          # single-node SLURM for the launcher tests
@@ -42,7 +44,8 @@ if ! /usr/bin/python3 -c "import transformers, safetensors" 2>/dev/null; then
   /usr/bin/python3 -m pip install --quiet --disable-pip-version-check --break-system-packages \
     "transformers==4.46.3"
 fi
-# MLflow (server and client) for the MLflow test, and PyYAML for the Kubernetes manifest test.
-if ! python3 -c "import mlflow, yaml" 2>/dev/null; then
-  python3 -m pip install --quiet --disable-pip-version-check mlflow pyyaml
+# MLflow (server and client) for the MLflow test, PyYAML for the Kubernetes manifest test, and
+# pyarrow for tools/parquet_to_jsonl.py and its test (mlflow brings it too).
+if ! python3 -c "import mlflow, yaml, pyarrow" 2>/dev/null; then
+  python3 -m pip install --quiet --disable-pip-version-check mlflow pyyaml pyarrow
 fi

@@ -9,31 +9,58 @@
 namespace strata::cli {
 
 Command add_prepare_command(CLI::App& parent) {
-  struct Args {
-    std::vector<std::string> text;
-    std::string out;
-    int64_t vocab = 8192;
-    double val_fraction = 0.05;
-    uint64_t seed = 1337;
-    DataConfig defaults;
-  };
-  auto a = std::make_shared<Args>();
-  CLI::App* app = parent.add_subcommand("prepare", "train a BPE tokenizer and write token shards");
-  app->add_option("--text", a->text, "text files")->required();
-  app->add_option("--out", a->out, "output directory")->required();
-  app->add_option("--vocab", a->vocab, "vocabulary size (default 8192)");
-  app->add_option("--val-fraction", a->val_fraction, "documents held out for validation");
-  app->add_option("--seed", a->seed, "seed of the train/validation split");
-  app->add_option("--separator", a->defaults.document_separator,
-                  "string that separates documents (default: a blank line)");
-  app->add_option("--min-doc-chars", a->defaults.filters.min_doc_chars, "drop shorter documents");
-  app->add_option("--max-doc-chars", a->defaults.filters.max_doc_chars, "drop longer documents");
-  app->add_option("--max-repeat-fraction", a->defaults.filters.max_repeat_fraction,
+  auto o = std::make_shared<data::PrepareOptions>();
+  auto format = std::make_shared<std::string>("auto");
+  CLI::App* app = parent.add_subcommand(
+      "prepare",
+      "read a corpus (text, JSON Lines, .gz/.zst), train or load a BPE tokenizer, "
+      "write token shards and their manifest");
+  app->add_option("--input,--text", o->inputs,
+                  "corpus files, directories or glob patterns (quote globs), in this order")
+      ->required();
+  app->add_option("--out", o->out_dir, "output directory")->required();
+  app->add_option("--format", *format,
+                  "auto (by name: .jsonl/.json/.ndjson, optionally .gz or .zst, are JSON Lines; "
+                  "anything else is text), text or jsonl")
+      ->check(CLI::IsMember({"auto", "text", "jsonl"}))
+      ->capture_default_str();
+  app->add_option("--field", o->corpus.field,
+                  "JSON Lines: the field holding the text (a dotted path such as meta.content)")
+      ->capture_default_str();
+  app->add_option("--max-bad-fraction", o->corpus.max_bad_fraction,
+                  "bad records (malformed JSON, a missing field) skipped and reported while "
+                  "their fraction stays below this; 0: the first one stops the prepare")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  app->add_option("--tokenizer", o->tokenizer,
+                  "encode with this tokenizer.json (any byte-level BPE: GPT-2, Llama 3, Qwen2, "
+                  "...) instead of training one");
+  app->add_option("--eot-token", o->eot_token,
+                  "with --tokenizer: the token appended to each document (default: the first of "
+                  "<|endoftext|>, <|end_of_text|>, </s>)");
+  app->add_option("--vocab", o->vocab_size, "vocabulary size of a trained tokenizer")
+      ->capture_default_str();
+  app->add_option("--tokenizer-sample-bytes", o->tokenizer_sample_bytes,
+                  "train the tokenizer on at most this much training text (e.g. 512MB), chosen "
+                  "by a hash of each document")
+      ->transform(CLI::AsSizeValue(false))
+      ->capture_default_str();
+  app->add_option("--val-fraction", o->val_fraction, "documents held out for validation")
+      ->capture_default_str();
+  app->add_option("--seed", o->seed, "seed of the train/validation split and the sample")
+      ->capture_default_str();
+  app->add_option("--separator", o->corpus.document_separator,
+                  "text: the string that separates documents (default: a blank line)");
+  app->add_option("--max-shard-tokens", o->max_shard_tokens, "tokens per shard at most")
+      ->check(CLI::Range(int64_t{1}, int64_t{INT32_MAX}))
+      ->capture_default_str();
+  app->add_option("--min-doc-chars", o->filters.min_doc_chars, "drop shorter documents");
+  app->add_option("--max-doc-chars", o->filters.max_doc_chars, "drop longer documents");
+  app->add_option("--max-repeat-fraction", o->filters.max_repeat_fraction,
                   "drop documents with more repeated text than this fraction");
-  return {app, [a] {
-            const data::PrepareReport report =
-                data::prepare_text(a->text, a->out, a->vocab, a->val_fraction, a->seed,
-                                   a->defaults.document_separator, a->defaults.filters);
+  return {app, [o, format] {
+            o->corpus.format = parse_enum<data::CorpusFormat>("--format", *format);
+            const data::PrepareReport report = data::prepare(*o);
             std::cout << report.summary() << "\n";
             return 0;
           }};

@@ -28,6 +28,9 @@ struct DataConfig {
   std::string dir = "data/default";         // prepared data: tokenizer.json, train_*.bin, val_*.bin
   std::string document_separator = "\n\n";  // how a text file is split into documents
   double val_fraction = 0.05;
+  // Check every shard's XXH3 against data.dir/manifest.json when a run starts (rank 0; the other
+  // ranks check sizes and token counts). false: sizes and counts only.
+  bool verify_checksums = true;
   FilterConfig filters;
 };
 

@@ -1,9 +1,14 @@
-// The prepare step: text files -> filtered documents -> train/val split -> tokenizer ->
-// token shards, plus a report of what was kept and why the rest was dropped.
+// The prepare step: corpus files -> filtered documents -> train/val split -> tokenizer -> token
+// shards, plus a report of what was kept and why the rest was dropped. It streams: documents are
+// read through a bounded buffer (corpus.h), encoded a batch at a time, and written to shards as
+// they come (shard_writer.h), so its memory does not grow with the corpus. Two passes over the
+// input: the first filters, decides the split and draws the tokenizer's training sample; the
+// second encodes and writes.
 //
-//   out_dir/tokenizer.json       Hugging Face tokenizer.json (byte-level BPE)
-//   out_dir/train_000.bin, ...   token shards (shard.h), at most kMaxShardTokens each
+//   out_dir/tokenizer.json       Hugging Face tokenizer.json (trained, or the one given)
+//   out_dir/train_000.bin, ...   token shards (shard.h), at most max_shard_tokens each
 //   out_dir/val_000.bin, ...       (none when no document went to validation)
+//   out_dir/manifest.json        every shard with its token count and XXH3 (manifest.h), last
 //   out_dir/prepare_report.json  PrepareReport::to_json()
 #pragma once
 #include <cstdint>
@@ -11,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "data/corpus.h"
 #include "data/data_config.h"
 
 namespace strata::data {
@@ -22,6 +28,27 @@ struct DocStats {
   int64_t bytes = 0;
 };
 
+struct PrepareOptions {
+  std::vector<std::string> inputs;  // files, directories, glob patterns (corpus.h)
+  std::string out_dir;
+  int64_t vocab_size = 8192;  // of a trained tokenizer
+  double val_fraction = 0.05;
+  uint64_t seed = 1337;  // the split and the tokenizer sample
+  CorpusOptions corpus;
+  FilterConfig filters;
+  // An existing tokenizer.json to encode with ("": train one on a sample of the train split).
+  std::string tokenizer;
+  // With `tokenizer`: the token that ends each document ("": the first of <|endoftext|>,
+  // <|end_of_text|>, </s> the tokenizer has).
+  std::string eot_token;
+  // The tokenizer trains on at most this many bytes of training documents: those with the
+  // smallest hash of (seed, text), so the sample is the same whatever the file order, and the
+  // whole train split when it fits.
+  int64_t tokenizer_sample_bytes = int64_t{512} << 20;
+  int64_t batch_bytes = int64_t{32} << 20;  // documents read, filtered and encoded at once
+  int64_t max_shard_tokens = kMaxShardTokens;
+};
+
 struct PrepareReport {
   int64_t files = 0;
   DocStats seen, kept;
@@ -30,13 +57,21 @@ struct PrepareReport {
   DocStats train, val;                       // kept documents per split
   int64_t train_tokens = 0, val_tokens = 0;  // including one <|endoftext|> per document
   int64_t train_shards = 0, val_shards = 0;
-  int64_t vocab_size = 0;  // of the trained tokenizer
+  int64_t vocab_size = 0;                 // of the tokenizer
+  std::string tokenizer = "trained";      // or the path of the one given
+  DocStats tokenizer_sample;              // what a trained tokenizer learned from
+  int64_t bad_records = 0, records = 0;   // jsonl records that could not be read, of all read
+  std::vector<std::string> bad_examples;  // "file:line: why", the first few
   double tokenizer_seconds = 0, encode_seconds = 0, seconds = 0;
 
   nlohmann::json to_json() const;
   std::string summary() const;  // a few lines for the log
 };
 
+PrepareReport prepare(const PrepareOptions& options);
+
+// The config's form (data.source = "text", Trainer::prepare_data): text files split at
+// `document_separator` into a trained tokenizer's shards.
 PrepareReport prepare_text(const std::vector<std::string>& text_files, const std::string& out_dir,
                            int64_t vocab_size, double val_fraction, uint64_t seed,
                            const std::string& document_separator, const FilterConfig& filters);
@@ -45,11 +80,5 @@ PrepareReport prepare_text(const std::vector<std::string>& text_files, const std
 // hash of (seed, the document's bytes), uniform in [0, 1): the split survives reordering files
 // or changing filters, and duplicate documents land in the same split.
 double split_draw(std::string_view doc, uint64_t seed);
-
-// Writes tokens as out_dir/<split>_000.bin, _001, ... of at most max_tokens each and deletes any
-// other <split>_*.bin left by an earlier run. No tokens, no shards: a corpus too small for a
-// validation document has no val_*.bin. Returns the number of shards.
-int64_t write_split(const std::string& out_dir, const std::string& split,
-                    const std::vector<int32_t>& tokens, int64_t vocab_size, int64_t max_tokens);
 
 }  // namespace strata::data

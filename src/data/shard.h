@@ -47,6 +47,9 @@ class Shard {
     return version_ == 1 ? reinterpret_cast<const uint16_t*>(tokens_)[i]
                          : static_cast<int32_t>(reinterpret_cast<const uint32_t*>(tokens_)[i]);
   }
+  // The token bytes as stored after the header (little-endian, 2 or 4 bytes each).
+  const unsigned char* bytes() const { return tokens_; }
+  int64_t byte_size() const { return count_ * (version_ == 1 ? 2 : 4); }
   // Copies tokens [begin, begin + n) as int32.
   void copy(int64_t begin, int64_t n, int32_t* out) const;
 

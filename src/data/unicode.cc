@@ -1,6 +1,7 @@
 #include "data/unicode.h"
 
 #include <algorithm>
+#include <cstring>
 
 namespace strata::data {
 
@@ -75,6 +76,63 @@ bool is_valid_utf8(std::string_view text, size_t* bad_offset) {
   return true;
 }
 
+namespace {
+// Bytes of the maximal subpart at pos, which does not start a valid sequence: the lead byte and
+// the continuation bytes that could still complete it (the second byte's range depends on the
+// lead byte: E0 A0-BF, ED 80-9F, F0 90-BF, F4 80-8F, others 80-BF), at least 1.
+size_t maximal_subpart(std::string_view text, size_t pos) {
+  const auto b0 = static_cast<uint8_t>(text[pos]);
+  size_t len;
+  uint8_t lo = 0x80, hi = 0xBF;
+  if (b0 >= 0xC2 && b0 <= 0xDF) {
+    len = 2;
+  } else if (b0 >= 0xE0 && b0 <= 0xEF) {
+    len = 3, lo = b0 == 0xE0 ? 0xA0 : 0x80, hi = b0 == 0xED ? 0x9F : 0xBF;
+  } else if (b0 >= 0xF0 && b0 <= 0xF4) {
+    len = 4, lo = b0 == 0xF0 ? 0x90 : 0x80, hi = b0 == 0xF4 ? 0x8F : 0xBF;
+  } else {
+    return 1;
+  }
+  size_t n = 1;
+  for (; n < len && pos + n < text.size(); ++n) {
+    const auto b = static_cast<uint8_t>(text[pos + n]);
+    if (n == 1 ? (b < lo || b > hi) : (b & 0xC0) != 0x80) break;
+  }
+  return n;
+}
+}  // namespace
+
+std::string replace_invalid_utf8(std::string_view text) {
+  std::string out;
+  out.reserve(text.size() + 16);
+  for (size_t pos = 0; pos < text.size();) {
+    uint32_t cp;
+    bool valid;
+    const int len = decode_utf8(text, pos, &cp, &valid);
+    if (valid) {
+      out.append(text, pos, static_cast<size_t>(len));
+      pos += static_cast<size_t>(len);
+    } else {
+      out += "\xEF\xBF\xBD";  // U+FFFD
+      pos += maximal_subpart(text, pos);
+    }
+  }
+  return out;
+}
+
+bool is_ascii(std::string_view text) {
+  // Eight bytes at a time: ASCII text (most corpora) is the common case.
+  size_t pos = 0;
+  for (; pos + 8 <= text.size(); pos += 8) {
+    uint64_t word;
+    std::memcpy(&word, text.data() + pos, 8);
+    if (word & 0x8080808080808080ull) return false;
+  }
+  for (; pos < text.size(); ++pos)
+    if (static_cast<uint8_t>(text[pos]) >= 0x80) return false;
+  return true;
+}
+
 void append_utf8(std::string& out, uint32_t cp) {
   if (cp < 0x80) {
     out += static_cast<char>(cp);
@@ -124,6 +182,25 @@ int unicode_to_byte(uint32_t cp) {
       if (kByteCodePoints[b] == cp) return b;
   }
   return -1;
+}
+
+std::string to_byte_level(std::string_view bytes) {
+  std::string s;
+  for (char c : bytes) s += byte_to_unicode()[static_cast<uint8_t>(c)];
+  return s;
+}
+
+bool from_byte_level(std::string_view spelled, std::string* bytes) {
+  bytes->clear();
+  for (size_t pos = 0; pos < spelled.size();) {
+    uint32_t cp;
+    bool valid;
+    pos += static_cast<size_t>(decode_utf8(spelled, pos, &cp, &valid));
+    const int b = valid ? unicode_to_byte(cp) : -1;
+    if (b < 0) return false;
+    *bytes += static_cast<char>(b);
+  }
+  return true;
 }
 
 }  // namespace strata::data

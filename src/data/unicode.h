@@ -1,5 +1,5 @@
-// UTF-8 decoding, code-point classes for the GPT-2 pre-tokenizer, and GPT-2's byte-to-unicode
-// mapping (how byte-level token strings are spelled in tokenizer.json).
+// UTF-8 decoding and repair, code-point classes for the GPT-2 pre-tokenizer, and GPT-2's
+// byte-to-unicode mapping (how byte-level token strings are spelled in tokenizer.json).
 #pragma once
 #include <array>
 #include <cstdint>
@@ -29,6 +29,15 @@ int decode_utf8(std::string_view text, size_t pos, uint32_t* cp, bool* valid);
 // True when every byte belongs to a valid UTF-8 sequence; *bad_offset gets the first bad byte.
 bool is_valid_utf8(std::string_view text, size_t* bad_offset = nullptr);
 
+// `text` with each maximal subpart of an ill-formed sequence (Unicode's "substitution of maximal
+// subparts": the longest prefix of a valid sequence, or one byte) replaced by U+FFFD, exactly as
+// Python's bytes.decode("utf-8", errors="replace") does ("\xE2\x82A" -> "\uFFFDA", "\xF4\x90"
+// -> two); the text Hugging Face tokenizers sees when Python reads such bytes that way.
+std::string replace_invalid_utf8(std::string_view text);
+
+// True when every byte is < 0x80.
+bool is_ascii(std::string_view text);
+
 // Appends the UTF-8 encoding of code point cp.
 void append_utf8(std::string& out, uint32_t cp);
 
@@ -37,5 +46,8 @@ void append_utf8(std::string& out, uint32_t cp);
 const std::array<std::string, 256>& byte_to_unicode();
 // The inverse: the byte a mapped code point stands for, or -1.
 int unicode_to_byte(uint32_t cp);
+// A token's bytes spelled the GPT-2 way, and back (false when a character stands for no byte).
+std::string to_byte_level(std::string_view bytes);
+bool from_byte_level(std::string_view spelled, std::string* bytes);
 
 }  // namespace strata::data

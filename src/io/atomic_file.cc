@@ -68,6 +68,17 @@ void AtomicWriter::write(const void* data, size_t size) {
   written_ += size;
 }
 
+void AtomicWriter::write_at(size_t offset, const void* data, size_t size) {
+  STRATA_CHECK(fd_ >= 0, "cannot write '", path_, "': the writer was already committed or failed");
+  STRATA_CHECK(offset + size <= written_, "cannot write '", path_, "': bytes ", offset, "..",
+               offset + size, " were not written yet (", written_, " so far)");
+  if (int err = pwrite_all(fd_, data, size, offset)) {
+    abandon();
+    fail("cannot write '", path_, "': ", errno_text(err), " (at byte ", offset,
+         "; any existing file is unchanged)");
+  }
+}
+
 void AtomicWriter::commit() {
   STRATA_CHECK(fd_ >= 0, "cannot write '", path_, "': the writer was already committed or failed");
   // Data must be on disk before the rename makes it visible, or a crash could publish a file of

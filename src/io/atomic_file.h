@@ -21,6 +21,8 @@ class AtomicWriter {
 
   void write(const void* data, size_t size);
   void write(std::string_view bytes) { write(bytes.data(), bytes.size()); }
+  // Overwrites bytes already written (a header whose counts are known only at the end).
+  void write_at(size_t offset, const void* data, size_t size);
   // fsync, rename over the target, fsync the directory. The writer is finished afterwards.
   void commit();
 

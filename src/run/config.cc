@@ -122,6 +122,7 @@ const Field kFields[] = {
     STRATA_FIELD(data, dir),
     STRATA_FIELD(data, document_separator),
     STRATA_FIELD(data, val_fraction),
+    STRATA_FIELD(data, verify_checksums),
     STRATA_FIELD(data.filters, min_doc_chars),
     STRATA_FIELD(data.filters, max_doc_chars),
     STRATA_FIELD(data.filters, max_repeat_fraction),

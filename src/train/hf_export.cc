@@ -101,11 +101,13 @@ ExportReport export_checkpoint(const std::string& checkpoint, const ExportOption
   report.out_dir = o.out_dir;
   report.tokenizer = find_tokenizer(report.checkpoint, run, o);
   int64_t eos = -1;
+  std::string eos_text;  // the document separator's spelling: <|endoftext|>, <|end_of_text|>, ...
   if (!report.tokenizer.empty()) {
     const data::Tokenizer tok = data::Tokenizer::load(report.tokenizer);
     STRATA_CHECK(tok.vocab_size() <= model.vocab_size, "tokenizer '", report.tokenizer, "' has ",
                  tok.vocab_size(), " tokens but the model's vocab_size is ", model.vocab_size);
     eos = tok.eot_id();
+    eos_text = tok.decode_token(tok.eot_id());
   }
 
   // The global tensors, whatever layout saved them.
@@ -183,9 +185,9 @@ ExportReport export_checkpoint(const std::string& checkpoint, const ExportOption
   if (!report.tokenizer.empty()) {
     io::write_file_atomic((out / "tokenizer.json").string(), io::read_file(report.tokenizer));
     const nlohmann::json tok_config = {{"tokenizer_class", "PreTrainedTokenizerFast"},
-                                       {"bos_token", data::kEndOfText},
-                                       {"eos_token", data::kEndOfText},
-                                       {"unk_token", data::kEndOfText},
+                                       {"bos_token", eos_text},
+                                       {"eos_token", eos_text},
+                                       {"unk_token", eos_text},
                                        {"model_max_length", model.max_seq_len},
                                        {"clean_up_tokenization_spaces", false}};
     io::write_file_atomic((out / "tokenizer_config.json").string(), tok_config.dump(2) + "\n");

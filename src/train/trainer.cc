@@ -11,7 +11,9 @@
 #include "core/clock.h"
 #include "core/log.h"
 #include "core/trace.h"
+#include "data/manifest.h"
 #include "data/prepare.h"
+#include "data/shard.h"
 #include "data/tokenizer.h"
 #include "data/unigram.h"
 #include "io/atomic_file.h"
@@ -40,20 +42,6 @@
 namespace strata {
 
 namespace fs = std::filesystem;
-
-namespace {
-
-std::vector<std::string> shards_with_prefix(const std::string& dir, const std::string& prefix) {
-  std::vector<std::string> out;
-  if (!fs::is_directory(dir)) return out;
-  for (const auto& e : fs::directory_iterator(dir)) {
-    const std::string n = e.path().filename().string();
-    if (n.rfind(prefix, 0) == 0 && e.path().extension() == ".bin") out.push_back(e.path().string());
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
-}  // namespace
 
 Trainer::Trainer(const RunConfig& config, ProcessGroups* groups, Backend* backend)
     : Trainer(resolve_run_plan(config, groups ? groups->world().size() : 1, groups != nullptr),
@@ -242,7 +230,10 @@ void Trainer::prepare_data() {
   data_dir_ = d.dir;
   tokenizer_path_ = (fs::path(d.dir) / "tokenizer.json").string();
   // Rank 0 prepares; the others wait for it (a barrier with the comm timeout).
-  if (d.source == DataSource::text && is_rank0() && shards_with_prefix(d.dir, "train_").empty()) {
+  // Prepared already: a manifest (complete), or shards of a folder prepared before manifests.
+  const bool prepared = fs::exists(fs::path(d.dir) / data::kManifestFile) ||
+                        !data::list_shards(d.dir, "train").empty();
+  if (d.source == DataSource::text && is_rank0() && !prepared) {
     heartbeat("prepare");
     log::info("preparing data: training a ", config_.model.vocab_size, "-token BPE tokenizer on ",
               d.text.size(), " file(s) into ", d.dir);
@@ -252,8 +243,15 @@ void Trainer::prepare_data() {
     log::info(report.summary());
   }
   groups_->world().barrier();
-  const auto train_shards = shards_with_prefix(d.dir, "train_");
-  const auto val_shards = shards_with_prefix(d.dir, "val_");
+  // The manifest's shards, each checked (rank 0 also reads every byte against its checksum).
+  data::VerifyOptions verify;
+  verify.checksums = is_rank0() && d.verify_checksums;
+  const data::PreparedShards shards = data::prepared_shards(d.dir, verify);
+  if (is_rank0() && !shards.from_manifest && !shards.train.empty())
+    log::warn("data.dir '", d.dir, "' has no ", data::kManifestFile,
+              " (prepared by an older strata): its shards are read by name, unchecked");
+  const std::vector<std::string>& train_shards = shards.train;
+  const std::vector<std::string>& val_shards = shards.val;
   STRATA_CHECK(!train_shards.empty(), "data.dir '", d.dir,
                "' has no train_*.bin shards; run `strata "
                "prepare` first, or set data.source = \"text\" with data.text = [files]");

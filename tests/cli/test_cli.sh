@@ -76,6 +76,44 @@ else
 fi
 expect_ok generate "$work/run/ckpt/latest" --prompt "And God" --max-new-tokens 8
 
+# A damaged shard of a prepared folder is named by the manifest check before any step runs.
+cp -r "$work/data" "$work/data_bad"
+printf '\x07' | dd of="$work/data_bad/train_000.bin" bs=1 seek=2000 conv=notrunc status=none
+expect_fail "train_000.bin: XXH3" train "$src/configs/tiny.toml" "${common[@]}" \
+  --set data.dir="$work/data_bad" --set run.dir="$work/run_bad2" --set train.steps=1
+
+# JSON Lines, compressed, with the text in a nested field; a bad record is named with its file
+# and line, and tolerated only below --max-bad-fraction.
+python3 - "$src/tests/fixtures/kjv_excerpt.txt" "$work/kjv.jsonl" <<'PY'
+import json, sys
+docs = [d for d in open(sys.argv[1], encoding="utf-8").read().split("\n\n") if d.strip()]
+with open(sys.argv[2], "w", encoding="utf-8") as f:
+    for i, d in enumerate(docs):
+        f.write(json.dumps({"id": i, "meta": {"body": d}}) + "\n")
+        if i == 3:
+            f.write('{"id": "broken", "meta": {"body": \n')
+PY
+gzip -k "$work/kjv.jsonl"
+expect_fail "kjv.jsonl.gz:5: malformed JSON" prepare --input "$work/kjv.jsonl.gz" --field meta.body \
+  --out "$work/data_jsonl" --vocab 300
+expect_ok prepare --input "$work/kjv.jsonl.gz" --field meta.body --max-bad-fraction 0.01 \
+  --out "$work/data_jsonl" --vocab 300
+if grep -q '"bad_records": 1' "$work/data_jsonl/prepare_report.json" && [ -f "$work/data_jsonl/manifest.json" ]; then
+  passed=$((passed + 1))
+else
+  failed=$((failed + 1)); echo "FAILED: the JSON Lines prepare reports one bad record and writes a manifest"
+fi
+expect_fail "no field 'text'" prepare --input "$work/kjv.jsonl.gz" --out "$work/data_nofield" --vocab 300
+expect_fail "--format" prepare --input "$work/kjv.jsonl.gz" --format csv --out "$work/data_fmt"
+# An existing tokenizer: the same shards as the prepare that trained it.
+expect_ok prepare --input "$work/kjv.jsonl.gz" --field meta.body --max-bad-fraction 0.01 \
+  --tokenizer "$work/data_jsonl/tokenizer.json" --out "$work/data_tok"
+if cmp -s "$work/data_jsonl/train_000.bin" "$work/data_tok/train_000.bin"; then
+  passed=$((passed + 1))
+else
+  failed=$((failed + 1)); echo "FAILED: --tokenizer gives the shards of the prepare that trained it"
+fi
+
 # DeepSpeed JSON: the training keys map onto strata's (batch rule, clipping, optimizer, scheduler,
 # logging); an unsupported or unknown key is named and the run does not start.
 cat > "$work/ds.json" <<'JSON'

@@ -4,8 +4,10 @@
 
 #include "data/file_util.h"
 #include "data/filters.h"
+#include "data/manifest.h"
 #include "data/prepare.h"
 #include "data/shard.h"
+#include "data/shard_writer.h"
 #include "data/tokenizer.h"
 #include "test_util.h"
 
@@ -186,18 +188,35 @@ TEST(Prepare, Errors) {
                Error);
 }
 
-TEST(Prepare, WriteSplitShardsAndRemovesStaleOnes) {
+std::vector<ShardEntry> write_tokens(const std::string& dir, const std::vector<int32_t>& tokens,
+                                     int64_t max_tokens) {
+  ShardWriter w(dir, "train", 100, max_tokens);
+  // In pieces of 7, so a shard boundary falls inside a piece.
+  for (size_t i = 0; i < tokens.size(); i += 7)
+    w.append(tokens.data() + i, static_cast<int64_t>(std::min<size_t>(7, tokens.size() - i)));
+  return w.finish();
+}
+
+TEST(ShardWriter, StreamsShardsRecordsThemAndRemovesStaleOnes) {
   TempDir dir;
   std::vector<int32_t> tokens(25);
   for (int i = 0; i < 25; ++i) tokens[i] = i;
-  EXPECT_EQ(write_split(dir.path(), "train", tokens, 100, 10), 3);
+  const std::vector<ShardEntry> three = write_tokens(dir.path(), tokens, 10);
+  ASSERT_EQ(three.size(), 3u);
   EXPECT_EQ(find_shards(dir.path(), "train").size(), 3u);
   EXPECT_EQ(read_shard(dir.file("train_002.bin"), 100), (std::vector<int32_t>{20, 21, 22, 23, 24}));
-  EXPECT_EQ(write_split(dir.path(), "train", tokens, 100, 100), 1);
+  EXPECT_EQ(three[2].file, "train_002.bin");
+  EXPECT_EQ(three[2].tokens, 5);
+  for (const ShardEntry& e : three) EXPECT_EQ(shard_checksum(dir.file(e.file)), e.xxh3) << e.file;
+  EXPECT_NE(three[0].xxh3, three[1].xxh3);
+  EXPECT_EQ(write_tokens(dir.path(), tokens, 100).size(), 1u);
   EXPECT_EQ(find_shards(dir.path(), "train").size(), 1u);
   EXPECT_EQ(read_shard(dir.file("train_000.bin"), 100), tokens);
-  EXPECT_EQ(write_split(dir.path(), "train", {}, 100, 100), 0);  // no tokens, no shards
+  EXPECT_TRUE(write_tokens(dir.path(), {}, 100).empty());  // no tokens, no shards
   EXPECT_TRUE(list_shards(dir.path(), "train").empty());
+  ShardWriter w(dir.path(), "train", 100, 10);
+  const int32_t bad = 100;
+  EXPECT_THROW(w.append(&bad, 1), Error);
 }
 
 }  // namespace
