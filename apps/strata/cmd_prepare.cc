@@ -54,6 +54,11 @@ Command add_prepare_command(CLI::App& parent) {
   app->add_option("--max-shard-tokens", o->max_shard_tokens, "tokens per shard at most")
       ->check(CLI::Range(int64_t{1}, int64_t{INT32_MAX}))
       ->capture_default_str();
+  app->add_option_function<std::string>(
+         "--dedup", [o](const std::string& v) { o->dedup = parse_enum<DedupMode>("--dedup", v); },
+         "none, or exact: drop documents whose text (lower-cased, whitespace collapsed) repeats "
+         "an earlier one's")
+      ->check(CLI::IsMember({"none", "exact"}));
   app->add_option("--min-doc-chars", o->filters.min_doc_chars, "drop shorter documents");
   app->add_option("--max-doc-chars", o->filters.max_doc_chars, "drop longer documents");
   app->add_option("--max-repeat-fraction", o->filters.max_repeat_fraction,

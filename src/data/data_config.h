@@ -22,6 +22,13 @@ struct EnumNames<DataSource> {
   static constexpr std::string_view names[] = {"synthetic", "text", "shards"};
 };
 
+// data.dedup: drop documents whose normalised text repeats an earlier one (data/dedup.h).
+enum class DedupMode { none, exact };
+template <>
+struct EnumNames<DedupMode> {
+  static constexpr std::string_view names[] = {"none", "exact"};
+};
+
 struct DataConfig {
   DataSource source = DataSource::synthetic;
   std::vector<std::string> text;            // text files for source = "text"
@@ -32,6 +39,7 @@ struct DataConfig {
   // ranks check sizes and token counts). false: sizes and counts only.
   bool verify_checksums = true;
   FilterConfig filters;
+  DedupMode dedup = DedupMode::none;  // exact: the first of identical documents is kept
 };
 
 }  // namespace strata

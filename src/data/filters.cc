@@ -37,6 +37,8 @@ const char* verdict_name(Verdict v) {
       return "repetitive";
     case Verdict::nonprint:
       return "nonprint";
+    case Verdict::duplicate:
+      return "duplicate";
   }
   return "?";
 }

@@ -14,8 +14,9 @@ namespace strata::data {
 // pieces are not documents and are dropped; everything else is kept byte for byte.
 std::vector<std::string_view> split_documents(std::string_view text, const std::string& separator);
 
-// Why a document was dropped, in the order the filters run (the first failing one counts).
-enum class Verdict { kept, invalid_utf8, too_short, too_long, repetitive, nonprint };
+// Why a document was dropped, in the order the filters run (the first failing one counts);
+// duplicate (data/dedup.h) is decided after the others, in corpus order.
+enum class Verdict { kept, invalid_utf8, too_short, too_long, repetitive, nonprint, duplicate };
 const char* verdict_name(Verdict v);
 
 Verdict judge_document(std::string_view doc, const FilterConfig& filters);

@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "data/dedup.h"
 #include "data/file_util.h"
 #include "data/filters.h"
 #include "data/manifest.h"
@@ -42,6 +43,7 @@ struct Batch {
     size_t begin = 0, size = 0;
     int64_t oversize = 0;  // > 0: skipped unread, too long (corpus.h)
     Verdict verdict = Verdict::kept;
+    DocKey key;  // --dedup exact: of a kept document
   };
   std::vector<Doc> docs;
   std::string_view view(const Doc& d) const { return {text.data() + d.begin, d.size}; }
@@ -51,18 +53,25 @@ struct Batch {
 };
 
 // Reads every file's documents in order, in batches of about batch_bytes, and hands each batch to
-// `fn` with its verdicts.
+// `fn` with its verdicts: the filters judged in parallel, then duplicates (with --dedup) found in
+// corpus order, so every pass that reads the corpus with a fresh ExactDedup decides alike.
 template <class Fn>
 void for_each_batch(const std::vector<CorpusFile>& files, const PrepareOptions& o, BadRecords& bad,
                     Fn&& fn) {
   Batch batch;
+  ExactDedup dedup;
+  const bool exact = o.dedup == DedupMode::exact;
   auto flush = [&] {
     const auto n = static_cast<int64_t>(batch.docs.size());
 #pragma omp parallel for schedule(dynamic, 16)
     for (int64_t i = 0; i < n; ++i) {
       Batch::Doc& d = batch.docs[static_cast<size_t>(i)];
       d.verdict = d.oversize > 0 ? Verdict::too_long : judge_document(batch.view(d), o.filters);
+      if (exact && d.verdict == Verdict::kept) d.key = dedup_key(batch.view(d));
     }
+    if (exact)
+      for (Batch::Doc& d : batch.docs)
+        if (d.verdict == Verdict::kept && dedup.seen(d.key)) d.verdict = Verdict::duplicate;
     fn(batch);
     batch.text.clear();
     batch.docs.clear();
@@ -157,7 +166,8 @@ nlohmann::json PrepareReport::to_json() const {
             {"too_short", stats_json(too_short)},
             {"too_long", stats_json(too_long)},
             {"repetitive", stats_json(repetitive)},
-            {"nonprint", stats_json(nonprint)}}},
+            {"nonprint", stats_json(nonprint)},
+            {"duplicate", stats_json(duplicate)}}},
           {"train",
            {{"documents", train.documents},
             {"bytes", train.bytes},
@@ -189,9 +199,10 @@ std::string PrepareReport::summary() const {
       " bytes), kept ", kept.documents, " (", kept.bytes, " bytes)\n", "  removed: invalid_utf8 ",
       invalid_utf8.documents, ", too_short ", too_short.documents, ", too_long ",
       too_long.documents, ", repetitive ", repetitive.documents, ", nonprint ", nonprint.documents,
-      "\n", "  train: ", train.documents, " documents, ", train_tokens, " tokens in ", train_shards,
-      " shard(s); val: ", val.documents, " documents, ", val_tokens, " tokens in ", val_shards,
-      " shard(s)\n", "  tokenizer: ", tokenizer, ", vocab ", vocab_size, ", ", line,
+      ", duplicate ", duplicate.documents, "\n", "  train: ", train.documents, " documents, ",
+      train_tokens, " tokens in ", train_shards, " shard(s); val: ", val.documents, " documents, ",
+      val_tokens, " tokens in ", val_shards, " shard(s)\n", "  tokenizer: ", tokenizer, ", vocab ",
+      vocab_size, ", ", line,
       tokenizer == "trained"
           ? cat("; trained on ", tokenizer_sample.bytes, " bytes in ", tokenizer_seconds, " s")
           : std::string(),
@@ -264,6 +275,9 @@ PrepareReport prepare(const PrepareOptions& o) {
           case Verdict::nonprint:
             add(report.nonprint, bytes);
             continue;
+          case Verdict::duplicate:
+            add(report.duplicate, bytes);
+            continue;
         }
         const std::string_view text = batch.view(d);
         const int64_t ordinal = plan.kept++;
@@ -285,9 +299,9 @@ PrepareReport prepare(const PrepareOptions& o) {
                files.size(), " file(s) were removed (invalid_utf8 ", report.invalid_utf8.documents,
                ", too_short ", report.too_short.documents, ", too_long ", report.too_long.documents,
                ", repetitive ", report.repetitive.documents, ", nonprint ",
-               report.nonprint.documents, "); check the separator (now ",
-               nlohmann::json(o.corpus.document_separator).dump(), "), the JSON field (now '",
-               o.corpus.field, "') and the filters");
+               report.nonprint.documents, ", duplicate ", report.duplicate.documents,
+               "); check the separator (now ", nlohmann::json(o.corpus.document_separator).dump(),
+               "), the JSON field (now '", o.corpus.field, "') and the filters");
   // With two or more documents and a non-zero fraction, both splits get at least one.
   if (plan.kept >= 2 && o.val_fraction > 0) {
     if (plan.n_val == 0) plan.forced_val = plan.lowest;
@@ -369,7 +383,8 @@ PrepareReport prepare(const PrepareOptions& o) {
 
 PrepareReport prepare_text(const std::vector<std::string>& text_files, const std::string& out_dir,
                            int64_t vocab_size, double val_fraction, uint64_t seed,
-                           const std::string& document_separator, const FilterConfig& filters) {
+                           const std::string& document_separator, const FilterConfig& filters,
+                           DedupMode dedup) {
   STRATA_CHECK(!text_files.empty(), "data.text lists no text files to prepare");
   PrepareOptions o;
   o.inputs = text_files;
@@ -380,6 +395,7 @@ PrepareReport prepare_text(const std::vector<std::string>& text_files, const std
   o.corpus.format = CorpusFormat::text;
   o.corpus.document_separator = document_separator;
   o.filters = filters;
+  o.dedup = dedup;
   return prepare(o);
 }
 

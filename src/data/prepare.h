@@ -36,6 +36,7 @@ struct PrepareOptions {
   uint64_t seed = 1337;  // the split and the tokenizer sample
   CorpusOptions corpus;
   FilterConfig filters;
+  DedupMode dedup = DedupMode::none;  // exact: identical documents after the first removed
   // An existing tokenizer.json to encode with ("": train one on a sample of the train split).
   std::string tokenizer;
   // With `tokenizer`: the token that ends each document ("": the first of <|endoftext|>,
@@ -53,7 +54,7 @@ struct PrepareReport {
   int64_t files = 0;
   DocStats seen, kept;
   // Removed, per filter (a document counts under the first filter it fails).
-  DocStats invalid_utf8, too_short, too_long, repetitive, nonprint;
+  DocStats invalid_utf8, too_short, too_long, repetitive, nonprint, duplicate;
   DocStats train, val;                       // kept documents per split
   int64_t train_tokens = 0, val_tokens = 0;  // including one <|endoftext|> per document
   int64_t train_shards = 0, val_shards = 0;
@@ -74,7 +75,8 @@ PrepareReport prepare(const PrepareOptions& options);
 // `document_separator` into a trained tokenizer's shards.
 PrepareReport prepare_text(const std::vector<std::string>& text_files, const std::string& out_dir,
                            int64_t vocab_size, double val_fraction, uint64_t seed,
-                           const std::string& document_separator, const FilterConfig& filters);
+                           const std::string& document_separator, const FilterConfig& filters,
+                           DedupMode dedup = DedupMode::none);
 
 // A kept document goes to validation when split_draw(doc, seed) < val_fraction. The draw is a
 // hash of (seed, the document's bytes), uniform in [0, 1): the split survives reordering files

@@ -36,10 +36,15 @@ std::string pcre2_pattern(const std::string& pattern) {
     const char c = pattern[i];
     if (c == '\\' && i + 1 < pattern.size()) {
       const char e = pattern[++i];
+      // Appended piece by piece: GCC 12's -Wrestrict misfires on `"[" + std::string(...)`.
       if (e == 's') {
-        out += in_class ? std::string(kWhiteSpace) : "[" + std::string(kWhiteSpace) + "]";
+        if (!in_class) out.push_back('[');
+        out.append(kWhiteSpace);
+        if (!in_class) out.push_back(']');
       } else if (e == 'S' && !in_class) {
-        out += "[^" + std::string(kWhiteSpace) + "]";
+        out.append("[^");
+        out.append(kWhiteSpace);
+        out.push_back(']');
       } else {
         out += c;
         out += e;

@@ -123,6 +123,7 @@ const Field kFields[] = {
     STRATA_FIELD(data, document_separator),
     STRATA_FIELD(data, val_fraction),
     STRATA_FIELD(data, verify_checksums),
+    STRATA_FIELD(data, dedup),
     STRATA_FIELD(data.filters, min_doc_chars),
     STRATA_FIELD(data.filters, max_doc_chars),
     STRATA_FIELD(data.filters, max_repeat_fraction),

@@ -239,7 +239,7 @@ void Trainer::prepare_data() {
               d.text.size(), " file(s) into ", d.dir);
     const data::PrepareReport report =
         data::prepare_text(d.text, d.dir, config_.model.vocab_size, d.val_fraction, t.seed,
-                           d.document_separator, d.filters);
+                           d.document_separator, d.filters, d.dedup);
     log::info(report.summary());
   }
   groups_->world().barrier();

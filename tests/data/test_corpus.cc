@@ -9,6 +9,7 @@
 
 #include "data/byte_stream.h"
 #include "data/corpus.h"
+#include "data/dedup.h"
 #include "data/file_util.h"
 #include "data/filters.h"
 #include "data/manifest.h"
@@ -274,6 +275,58 @@ TEST(PrepareStreaming, TokenizerSampleIsBoundedAndIndependentOfFileOrder) {
   o.tokenizer_sample_bytes = int64_t{1} << 30;  // all of the train split
   const PrepareReport c = prepare(o);
   EXPECT_EQ(c.tokenizer_sample.bytes, c.train.bytes);
+}
+
+TEST(Dedup, KeysIgnoreCaseAndSpacingOnly) {
+  EXPECT_EQ(dedup_key("The  Lord is\nmy shepherd.\n"), dedup_key("the lord is my shepherd."));
+  EXPECT_EQ(dedup_key("\t a b \r\n"), dedup_key("A B"));
+  EXPECT_FALSE(dedup_key("the lord is my shepherd") == dedup_key("the lord is my shepherd."));
+  EXPECT_FALSE(dedup_key("ab") == dedup_key("a b"));
+  EXPECT_FALSE(dedup_key("caf\u00e9") == dedup_key("CAF\u00c9"));  // ASCII only is folded
+  ExactDedup d;
+  EXPECT_FALSE(d.seen(dedup_key("one")));
+  EXPECT_FALSE(d.seen(dedup_key("two")));
+  EXPECT_TRUE(d.seen(dedup_key("ONE")));
+  EXPECT_EQ(d.distinct(), 2);
+}
+
+// --dedup exact keeps the first of each set of copies, in both splits' order, and reports the rest.
+TEST(PrepareStreaming, ExactDedupKeepsTheFirstCopy) {
+  TempDir dir;
+  std::vector<std::string> docs;
+  for (int i = 0; i < 30; ++i) docs.push_back(make_corpus(3 + i % 4, 700 + i));
+  std::vector<std::string> with_copies = docs;
+  with_copies.push_back(docs[4]);           // an exact copy
+  with_copies.push_back(docs[7] + "\n\n");  // differs in trailing whitespace only
+  std::string upper = docs[9];
+  for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  with_copies.push_back(upper);  // differs in case only
+  std::string jsonl, jsonl_unique;
+  for (const std::string& d : with_copies) jsonl += nlohmann::json{{"text", d}}.dump() + "\n";
+  for (const std::string& d : docs) jsonl_unique += nlohmann::json{{"text", d}}.dump() + "\n";
+  write_file_atomic(dir.file("dup.jsonl"), jsonl);
+  write_file_atomic(dir.file("unique.jsonl"), jsonl_unique);
+  PrepareOptions o;
+  o.inputs = {dir.file("dup.jsonl")};
+  o.out_dir = dir.file("dedup");
+  o.vocab_size = 300;
+  o.dedup = DedupMode::exact;
+  const PrepareReport r = prepare(o);
+  EXPECT_EQ(r.duplicate.documents, 3);
+  EXPECT_EQ(r.kept.documents, 30);
+  PrepareOptions u = o;
+  u.inputs = {dir.file("unique.jsonl")};
+  u.out_dir = dir.file("unique");
+  prepare(u);
+  for (const char* f : {"train_000.bin", "val_000.bin", "tokenizer.json"})
+    EXPECT_TRUE(read_file(dir.file(std::string("dedup/") + f)) ==
+                read_file(dir.file(std::string("unique/") + f)))
+        << f;
+  const auto report = nlohmann::json::parse(read_file(dir.file("dedup/prepare_report.json")));
+  EXPECT_EQ(report["removed"]["duplicate"]["documents"], 3);
+  o.dedup = DedupMode::none;  // the default keeps them
+  o.out_dir = dir.file("none");
+  EXPECT_EQ(prepare(o).kept.documents, 33);
 }
 
 TEST(Manifest, ListsEveryShardAndTheLoaderChecksIt) {
