@@ -56,9 +56,15 @@ Command add_prepare_command(CLI::App& parent) {
       ->capture_default_str();
   app->add_option_function<std::string>(
          "--dedup", [o](const std::string& v) { o->dedup = parse_enum<DedupMode>("--dedup", v); },
-         "none, or exact: drop documents whose text (lower-cased, whitespace collapsed) repeats "
-         "an earlier one's")
-      ->check(CLI::IsMember({"none", "exact"}));
+         "none; exact: drop documents whose text (lower-cased, whitespace collapsed) repeats "
+         "an earlier one's; minhash: also those whose word 5-grams mostly do (MinHash LSH)")
+      ->check(CLI::IsMember({"none", "exact", "minhash"}));
+  app->add_option("--minhash-bands", o->minhash.bands, "MinHash: band keys per document")
+      ->capture_default_str();
+  app->add_option("--minhash-rows", o->minhash.rows, "MinHash: minima per band")
+      ->capture_default_str();
+  app->add_option("--minhash-ngram", o->minhash.ngram, "MinHash: words per shingle")
+      ->capture_default_str();
   app->add_option("--min-doc-chars", o->filters.min_doc_chars, "drop shorter documents");
   app->add_option("--max-doc-chars", o->filters.max_doc_chars, "drop longer documents");
   app->add_option("--max-repeat-fraction", o->filters.max_repeat_fraction,

@@ -22,11 +22,12 @@ struct EnumNames<DataSource> {
   static constexpr std::string_view names[] = {"synthetic", "text", "shards"};
 };
 
-// data.dedup: drop documents whose normalised text repeats an earlier one (data/dedup.h).
-enum class DedupMode { none, exact };
+// data.dedup: drop documents whose normalised text repeats an earlier one (exact, data/dedup.h),
+// and with minhash also those whose word 5-grams mostly do (data/minhash.h).
+enum class DedupMode { none, exact, minhash };
 template <>
 struct EnumNames<DedupMode> {
-  static constexpr std::string_view names[] = {"none", "exact"};
+  static constexpr std::string_view names[] = {"none", "exact", "minhash"};
 };
 
 struct DataConfig {
@@ -39,7 +40,7 @@ struct DataConfig {
   // ranks check sizes and token counts). false: sizes and counts only.
   bool verify_checksums = true;
   FilterConfig filters;
-  DedupMode dedup = DedupMode::none;  // exact: the first of identical documents is kept
+  DedupMode dedup = DedupMode::none;  // the first of identical (or near) documents is kept
 };
 
 }  // namespace strata

@@ -39,6 +39,8 @@ const char* verdict_name(Verdict v) {
       return "nonprint";
     case Verdict::duplicate:
       return "duplicate";
+    case Verdict::near_duplicate:
+      return "near_duplicate";
   }
   return "?";
 }

@@ -15,8 +15,18 @@ namespace strata::data {
 std::vector<std::string_view> split_documents(std::string_view text, const std::string& separator);
 
 // Why a document was dropped, in the order the filters run (the first failing one counts);
-// duplicate (data/dedup.h) is decided after the others, in corpus order.
-enum class Verdict { kept, invalid_utf8, too_short, too_long, repetitive, nonprint, duplicate };
+// duplicate (data/dedup.h) and near_duplicate (data/minhash.h) are decided after the others, in
+// corpus order.
+enum class Verdict : uint8_t {
+  kept,
+  invalid_utf8,
+  too_short,
+  too_long,
+  repetitive,
+  nonprint,
+  duplicate,
+  near_duplicate
+};
 const char* verdict_name(Verdict v);
 
 Verdict judge_document(std::string_view doc, const FilterConfig& filters);

@@ -13,6 +13,7 @@
 #include "data/file_util.h"
 #include "data/filters.h"
 #include "data/manifest.h"
+#include "data/minhash.h"
 #include "data/shard_writer.h"
 #include "data/tokenizer.h"
 
@@ -43,7 +44,8 @@ struct Batch {
     size_t begin = 0, size = 0;
     int64_t oversize = 0;  // > 0: skipped unread, too long (corpus.h)
     Verdict verdict = Verdict::kept;
-    DocKey key;  // --dedup exact: of a kept document
+    DocKey key;                   // --dedup exact or minhash: of a kept document
+    std::vector<uint64_t> bands;  // --dedup minhash: its band keys
   };
   std::vector<Doc> docs;
   std::string_view view(const Doc& d) const { return {text.data() + d.begin, d.size}; }
@@ -53,25 +55,46 @@ struct Batch {
 };
 
 // Reads every file's documents in order, in batches of about batch_bytes, and hands each batch to
-// `fn` with its verdicts: the filters judged in parallel, then duplicates (with --dedup) found in
-// corpus order, so every pass that reads the corpus with a fresh ExactDedup decides alike.
+// `fn` with its verdicts. The first pass judges them (the filters in parallel, then duplicates
+// with --dedup, in corpus order) and appends them to `verdicts`; a later pass (`verdicts` already
+// full) reads them back instead of judging again.
 template <class Fn>
 void for_each_batch(const std::vector<CorpusFile>& files, const PrepareOptions& o, BadRecords& bad,
-                    Fn&& fn) {
+                    std::vector<Verdict>& verdicts, Fn&& fn) {
+  const bool judge = verdicts.empty();
+  size_t next = 0;  // documents handed out so far
   Batch batch;
-  ExactDedup dedup;
-  const bool exact = o.dedup == DedupMode::exact;
+  ExactDedup exact;
+  NearDedup near;
+  const bool dedup = o.dedup != DedupMode::none, minhash = o.dedup == DedupMode::minhash;
+  const MinHasher hasher(o.minhash);
   auto flush = [&] {
     const auto n = static_cast<int64_t>(batch.docs.size());
+    if (judge) {
 #pragma omp parallel for schedule(dynamic, 16)
-    for (int64_t i = 0; i < n; ++i) {
-      Batch::Doc& d = batch.docs[static_cast<size_t>(i)];
-      d.verdict = d.oversize > 0 ? Verdict::too_long : judge_document(batch.view(d), o.filters);
-      if (exact && d.verdict == Verdict::kept) d.key = dedup_key(batch.view(d));
+      for (int64_t i = 0; i < n; ++i) {
+        Batch::Doc& d = batch.docs[static_cast<size_t>(i)];
+        d.verdict = d.oversize > 0 ? Verdict::too_long : judge_document(batch.view(d), o.filters);
+        if (dedup && d.verdict == Verdict::kept) d.key = dedup_key(batch.view(d));
+        if (minhash && d.verdict == Verdict::kept) hasher.band_keys(batch.view(d), d.bands);
+      }
+      for (Batch::Doc& d : batch.docs) {
+        if (dedup && d.verdict == Verdict::kept && exact.seen(d.key))
+          d.verdict = Verdict::duplicate;
+        // Every document's bands are recorded, so a chain of near copies goes with its first.
+        if (minhash && !d.bands.empty() &&
+            (d.verdict == Verdict::kept || d.verdict == Verdict::duplicate)) {
+          const bool hit = near.seen(d.bands);
+          if (hit && d.verdict == Verdict::kept) d.verdict = Verdict::near_duplicate;
+        }
+        verdicts.push_back(d.verdict);
+      }
+    } else {
+      STRATA_CHECK(next + batch.docs.size() <= verdicts.size(),
+                   "prepare: the input changed while it was read (more documents than the first "
+                   "pass saw)");
+      for (Batch::Doc& d : batch.docs) d.verdict = verdicts[next++];
     }
-    if (exact)
-      for (Batch::Doc& d : batch.docs)
-        if (d.verdict == Verdict::kept && dedup.seen(d.key)) d.verdict = Verdict::duplicate;
     fn(batch);
     batch.text.clear();
     batch.docs.clear();
@@ -167,7 +190,8 @@ nlohmann::json PrepareReport::to_json() const {
             {"too_long", stats_json(too_long)},
             {"repetitive", stats_json(repetitive)},
             {"nonprint", stats_json(nonprint)},
-            {"duplicate", stats_json(duplicate)}}},
+            {"duplicate", stats_json(duplicate)},
+            {"near_duplicate", stats_json(near_duplicate)}}},
           {"train",
            {{"documents", train.documents},
             {"bytes", train.bytes},
@@ -199,10 +223,10 @@ std::string PrepareReport::summary() const {
       " bytes), kept ", kept.documents, " (", kept.bytes, " bytes)\n", "  removed: invalid_utf8 ",
       invalid_utf8.documents, ", too_short ", too_short.documents, ", too_long ",
       too_long.documents, ", repetitive ", repetitive.documents, ", nonprint ", nonprint.documents,
-      ", duplicate ", duplicate.documents, "\n", "  train: ", train.documents, " documents, ",
-      train_tokens, " tokens in ", train_shards, " shard(s); val: ", val.documents, " documents, ",
-      val_tokens, " tokens in ", val_shards, " shard(s)\n", "  tokenizer: ", tokenizer, ", vocab ",
-      vocab_size, ", ", line,
+      ", duplicate ", duplicate.documents, ", near_duplicate ", near_duplicate.documents, "\n",
+      "  train: ", train.documents, " documents, ", train_tokens, " tokens in ", train_shards,
+      " shard(s); val: ", val.documents, " documents, ", val_tokens, " tokens in ", val_shards,
+      " shard(s)\n", "  tokenizer: ", tokenizer, ", vocab ", vocab_size, ", ", line,
       tokenizer == "trained"
           ? cat("; trained on ", tokenizer_sample.bytes, " bytes in ", tokenizer_seconds, " s")
           : std::string(),
@@ -250,9 +274,11 @@ PrepareReport prepare(const PrepareOptions& o) {
   const bool train_tokenizer = o.tokenizer.empty();
   Sample sample(o.tokenizer_sample_bytes, o.seed);
   SplitPlan plan;
+  // Every document's verdict, from the first pass to the second (a byte a document).
+  std::vector<Verdict> verdicts;
   {
     BadRecords bad(o.corpus.max_bad_fraction);
-    for_each_batch(files, opt, bad, [&](const Batch& batch) {
+    for_each_batch(files, opt, bad, verdicts, [&](const Batch& batch) {
       for (const Batch::Doc& d : batch.docs) {
         const int64_t bytes = batch.bytes(d);
         add(report.seen, bytes);
@@ -278,6 +304,9 @@ PrepareReport prepare(const PrepareOptions& o) {
           case Verdict::duplicate:
             add(report.duplicate, bytes);
             continue;
+          case Verdict::near_duplicate:
+            add(report.near_duplicate, bytes);
+            continue;
         }
         const std::string_view text = batch.view(d);
         const int64_t ordinal = plan.kept++;
@@ -300,8 +329,9 @@ PrepareReport prepare(const PrepareOptions& o) {
                ", too_short ", report.too_short.documents, ", too_long ", report.too_long.documents,
                ", repetitive ", report.repetitive.documents, ", nonprint ",
                report.nonprint.documents, ", duplicate ", report.duplicate.documents,
-               "); check the separator (now ", nlohmann::json(o.corpus.document_separator).dump(),
-               "), the JSON field (now '", o.corpus.field, "') and the filters");
+               ", near_duplicate ", report.near_duplicate.documents, "); check the separator (now ",
+               nlohmann::json(o.corpus.document_separator).dump(), "), the JSON field (now '",
+               o.corpus.field, "') and the filters");
   // With two or more documents and a non-zero fraction, both splits get at least one.
   if (plan.kept >= 2 && o.val_fraction > 0) {
     if (plan.n_val == 0) plan.forced_val = plan.lowest;
@@ -341,7 +371,7 @@ PrepareReport prepare(const PrepareOptions& o) {
     int64_t ordinal = 0;
     std::vector<std::string_view> views;
     std::vector<bool> to_val;
-    for_each_batch(files, opt, bad, [&](const Batch& batch) {
+    for_each_batch(files, opt, bad, verdicts, [&](const Batch& batch) {
       views.clear();
       to_val.clear();
       for (const Batch::Doc& d : batch.docs) {

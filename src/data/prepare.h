@@ -18,6 +18,7 @@
 
 #include "data/corpus.h"
 #include "data/data_config.h"
+#include "data/minhash.h"
 
 namespace strata::data {
 
@@ -36,7 +37,8 @@ struct PrepareOptions {
   uint64_t seed = 1337;  // the split and the tokenizer sample
   CorpusOptions corpus;
   FilterConfig filters;
-  DedupMode dedup = DedupMode::none;  // exact: identical documents after the first removed
+  DedupMode dedup = DedupMode::none;  // identical (exact), or also near (minhash) copies removed
+  MinHashOptions minhash;             // --dedup minhash
   // An existing tokenizer.json to encode with ("": train one on a sample of the train split).
   std::string tokenizer;
   // With `tokenizer`: the token that ends each document ("": the first of <|endoftext|>,
@@ -54,7 +56,7 @@ struct PrepareReport {
   int64_t files = 0;
   DocStats seen, kept;
   // Removed, per filter (a document counts under the first filter it fails).
-  DocStats invalid_utf8, too_short, too_long, repetitive, nonprint, duplicate;
+  DocStats invalid_utf8, too_short, too_long, repetitive, nonprint, duplicate, near_duplicate;
   DocStats train, val;                       // kept documents per split
   int64_t train_tokens = 0, val_tokens = 0;  // including one <|endoftext|> per document
   int64_t train_shards = 0, val_shards = 0;
