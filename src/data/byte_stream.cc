@@ -36,7 +36,6 @@ class File {
     return got;
   }
   const std::string& path() const { return path_; }
-  int64_t bytes() const { return bytes_; }
 
  private:
   std::string path_;
@@ -48,8 +47,6 @@ class PlainStream final : public ByteStream {
  public:
   explicit PlainStream(const std::string& path) : file_(path) {}
   size_t read(char* out, size_t capacity) override { return file_.read(out, capacity); }
-  Compression compression() const override { return Compression::none; }
-  int64_t file_bytes_read() const override { return file_.bytes(); }
 
  private:
   File file_;
@@ -96,8 +93,6 @@ class GzipStream final : public ByteStream {
     out_total_ += static_cast<int64_t>(n);
     return n;
   }
-  Compression compression() const override { return Compression::gzip; }
-  int64_t file_bytes_read() const override { return file_.bytes(); }
 
  private:
   size_t produced(const char* out) const {
@@ -141,8 +136,6 @@ class ZstdStream final : public ByteStream {
     out_total_ += static_cast<int64_t>(o.pos);
     return o.pos;
   }
-  Compression compression() const override { return Compression::zstd; }
-  int64_t file_bytes_read() const override { return file_.bytes(); }
 
  private:
   File file_;

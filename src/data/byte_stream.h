@@ -8,8 +8,6 @@
 #include <memory>
 #include <string>
 
-#include "core/enum_names.h"
-
 namespace strata::data {
 
 enum class Compression { none, gzip, zstd };
@@ -20,9 +18,6 @@ class ByteStream {
   // Up to `capacity` bytes into `out`; 0 at the end of the data. A truncated or corrupt
   // compressed stream throws strata::Error naming the file and the uncompressed offset reached.
   virtual size_t read(char* out, size_t capacity) = 0;
-  virtual Compression compression() const = 0;
-  // Bytes of the file consumed so far (compressed bytes for a compressed file).
-  virtual int64_t file_bytes_read() const = 0;
 };
 
 // Opens `path`; throws naming the path and the OS reason when it cannot be read.
@@ -32,10 +27,3 @@ std::unique_ptr<ByteStream> open_byte_stream(const std::string& path);
 Compression sniff_compression(const std::string& path);
 
 }  // namespace strata::data
-
-namespace strata {
-template <>
-struct EnumNames<data::Compression> {
-  static constexpr std::string_view names[] = {"none", "gzip", "zstd"};
-};
-}  // namespace strata

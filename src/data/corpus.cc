@@ -82,7 +82,6 @@ class Window {
   }
   // Forgets the unconsumed bytes (a record too long to hold: skipped unread).
   void drop() { begin_ = end_ = 0; }
-  size_t capacity_after_data() const { return buf_.size() - end_; }
 
  private:
   std::unique_ptr<ByteStream> in_;

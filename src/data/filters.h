@@ -11,7 +11,9 @@
 namespace strata::data {
 
 // Splits text at every occurrence of `separator` (the whole text when it is empty). Empty
-// pieces are not documents and are dropped; everything else is kept byte for byte.
+// pieces are not documents and are dropped; everything else is kept byte for byte. The prepare
+// streams its documents through corpus.h's reader instead; this whole-text form is the reference
+// that reader is tested against (tests/data/test_corpus.cc).
 std::vector<std::string_view> split_documents(std::string_view text, const std::string& separator);
 
 // Why a document was dropped, in the order the filters run (the first failing one counts);

@@ -48,7 +48,6 @@ class NearDedup {
  public:
   // True when any of `keys` was seen before; records all of them either way.
   bool seen(const std::vector<uint64_t>& keys);
-  int64_t size() const { return used_; }
 
  private:
   bool insert(uint64_t key);
