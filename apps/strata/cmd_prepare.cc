@@ -1,8 +1,10 @@
+#include <algorithm>
 #include <iostream>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "comm/mpi_runtime.h"
 #include "commands.h"
 #include "data/prepare.h"
 
@@ -11,6 +13,11 @@ namespace strata::cli {
 Command add_prepare_command(CLI::App& parent) {
   auto o = std::make_shared<data::PrepareOptions>();
   auto format = std::make_shared<std::string>("auto");
+  auto stage = std::make_shared<std::string>("all");
+  // Under mpirun or srun each rank is a worker; a SLURM array task says which one it is.
+  const RankEnv env = detect_rank_env();
+  o->workers = std::max(1, env.world_size);
+  o->worker = env.rank;
   CLI::App* app = parent.add_subcommand(
       "prepare",
       "read a corpus (text, JSON Lines, .gz/.zst), train or load a BPE tokenizer, "
@@ -65,12 +72,31 @@ Command add_prepare_command(CLI::App& parent) {
       ->capture_default_str();
   app->add_option("--minhash-ngram", o->minhash.ngram, "MinHash: words per shingle")
       ->capture_default_str();
+  app->add_option("--workers", o->workers,
+                  "processes sharing the work (default: the ranks of mpirun or srun, else 1); "
+                  "threads within each come from OMP_NUM_THREADS")
+      ->check(CLI::PositiveNumber);
+  app->add_option("--worker", o->worker,
+                  "this process's index in [0, --workers) (default: its rank; in a SLURM array "
+                  "job, $SLURM_ARRAY_TASK_ID)")
+      ->check(CLI::NonNegativeNumber);
+  app->add_option("--stage", *stage,
+                  "all; or one stage, for tasks that need not run at once (a SLURM array job): "
+                  "scan and encode (any number of workers), then plan and assemble (one)")
+      ->check(CLI::IsMember({"all", "scan", "plan", "encode", "assemble"}))
+      ->capture_default_str();
+  app->add_option("--range-bytes", o->range_bytes,
+                  "uncompressed JSON Lines files larger than this are shared out in ranges of "
+                  "about this size")
+      ->transform(CLI::AsSizeValue(false))
+      ->capture_default_str();
   app->add_option("--min-doc-chars", o->filters.min_doc_chars, "drop shorter documents");
   app->add_option("--max-doc-chars", o->filters.max_doc_chars, "drop longer documents");
   app->add_option("--max-repeat-fraction", o->filters.max_repeat_fraction,
                   "drop documents with more repeated text than this fraction");
-  return {app, [o, format] {
+  return {app, [o, format, stage] {
             o->corpus.format = parse_enum<data::CorpusFormat>("--format", *format);
+            o->stage = parse_enum<data::PrepareStage>("--stage", *stage);
             const data::PrepareReport report = data::prepare(*o);
             std::cout << report.summary() << "\n";
             return 0;

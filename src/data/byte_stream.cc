@@ -36,6 +36,11 @@ class File {
     return got;
   }
   const std::string& path() const { return path_; }
+  void seek(int64_t offset) {
+    if (::fseeko(f_, static_cast<off_t>(offset), SEEK_SET) != 0)
+      fail("cannot seek to byte ", offset, " of corpus file '", path_, "': ", std::strerror(errno));
+    bytes_ = offset;
+  }
 
  private:
   std::string path_;
@@ -45,7 +50,9 @@ class File {
 
 class PlainStream final : public ByteStream {
  public:
-  explicit PlainStream(const std::string& path) : file_(path) {}
+  PlainStream(const std::string& path, int64_t offset) : file_(path) {
+    if (offset > 0) file_.seek(offset);
+  }
   size_t read(char* out, size_t capacity) override { return file_.read(out, capacity); }
 
  private:
@@ -158,8 +165,11 @@ Compression sniff_compression(const std::string& path) {
   return Compression::none;
 }
 
-std::unique_ptr<ByteStream> open_byte_stream(const std::string& path) {
-  switch (sniff_compression(path)) {
+std::unique_ptr<ByteStream> open_byte_stream(const std::string& path, int64_t offset) {
+  const Compression compression = sniff_compression(path);
+  STRATA_CHECK(offset == 0 || compression == Compression::none, "corpus file '", path,
+               "' is compressed: it can only be read from its start, not from byte ", offset);
+  switch (compression) {
     case Compression::gzip:
       return std::make_unique<GzipStream>(path);
     case Compression::zstd:
@@ -167,7 +177,7 @@ std::unique_ptr<ByteStream> open_byte_stream(const std::string& path) {
     case Compression::none:
       break;
   }
-  return std::make_unique<PlainStream>(path);
+  return std::make_unique<PlainStream>(path, offset);
 }
 
 }  // namespace strata::data

@@ -20,8 +20,9 @@ class ByteStream {
   virtual size_t read(char* out, size_t capacity) = 0;
 };
 
-// Opens `path`; throws naming the path and the OS reason when it cannot be read.
-std::unique_ptr<ByteStream> open_byte_stream(const std::string& path);
+// Opens `path`; throws naming the path and the OS reason when it cannot be read. A non-zero
+// `offset` starts there (an uncompressed file only: a compressed stream cannot be entered midway).
+std::unique_ptr<ByteStream> open_byte_stream(const std::string& path, int64_t offset = 0);
 
 // What the file's first bytes say (none for a file shorter than a magic number).
 Compression sniff_compression(const std::string& path);

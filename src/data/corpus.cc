@@ -81,7 +81,6 @@ class Window {
     return got > 0;
   }
   // Forgets the unconsumed bytes (a record too long to hold: skipped unread).
-  void drop() { begin_ = end_ = 0; }
 
  private:
   std::unique_ptr<ByteStream> in_;
@@ -184,19 +183,27 @@ class TextReader final : public DocumentReader {
 // JSON Lines: each non-blank line is one object; the document is its `field` (a dotted path).
 class JsonlReader final : public DocumentReader {
  public:
-  JsonlReader(const std::string& path, const CorpusOptions& o, BadRecords& bad)
-      : path_(path),
-        window_(open_byte_stream(path)),
+  JsonlReader(const CorpusFile& file, const CorpusOptions& o, BadRecords& bad)
+      : path_(file.path),
+        window_(open_byte_stream(file.path, file.begin > 0 ? file.begin - 1 : 0)),
         max_line_(o.max_line_bytes),
         bad_(bad),
         pointer_(json_pointer(o.field)),
-        field_(o.field) {}
+        field_(o.field),
+        ranged_(file.begin > 0),
+        offset_(file.begin > 0 ? file.begin - 1 : 0),
+        end_(file.end) {
+    // From byte begin - 1: the first line of the range starts after the first newline there (at
+    // begin itself when that byte is one); the line it ends belongs to the range before.
+    if (ranged_) skip_line();
+  }
 
   bool next(Document& doc) override {
     doc = Document();
     for (;;) {
-      window_.consume(pending_consume_);
+      consume(pending_consume_);
       pending_consume_ = 0;
+      if (end_ >= 0 && offset_ >= end_) return false;  // the next line is the next range's
       const std::string_view data(window_.data(), window_.size());
       const size_t nl = data.find('\n', scanned_);
       if (nl == std::string_view::npos && !window_.eof()) {
@@ -221,25 +228,31 @@ class JsonlReader final : public DocumentReader {
   }
 
  private:
+  // "file:line"; in a range after the first, whose line numbers are not known without reading
+  // everything before it, the line's byte offset instead.
+  std::string where(int64_t line) const {
+    return ranged_ ? cat(path_, " (the line at byte ", offset_, ")") : cat(path_, ":", line);
+  }
+
   bool parse(std::string_view text, int64_t line, Document& doc) {
     // The window keeps SIMDJSON_PADDING bytes after its data, so the line needs no copy.
     simdjson::dom::element root;
     if (const auto err = parser_.parse(text.data(), text.size(), false).get(root)) {
-      bad_.add(path_, line, cat("malformed JSON (", simdjson::error_message(err), ")"));
+      bad_.add(where(line), cat("malformed JSON (", simdjson::error_message(err), ")"));
       return false;
     }
     if (!root.is_object()) {
-      bad_.add(path_, line, "not a JSON object");
+      bad_.add(where(line), "not a JSON object");
       return false;
     }
     simdjson::dom::element value;
     if (root.at_pointer(pointer_).get(value)) {
-      bad_.add(path_, line, cat("no field '", field_, "'"));
+      bad_.add(where(line), cat("no field '", field_, "'"));
       return false;
     }
     std::string_view s;
     if (value.get_string().get(s)) {
-      bad_.add(path_, line, cat("field '", field_, "' is ", type_name(value), ", not a string"));
+      bad_.add(where(line), cat("field '", field_, "' is ", type_name(value), ", not a string"));
       return false;
     }
     doc.text = s;  // in the parser's string buffer: valid until the next parse
@@ -264,20 +277,30 @@ class JsonlReader final : public DocumentReader {
 
   void skip_long_line() {
     const int64_t line = ++line_;
+    const std::string at = where(line);
     bad_.count_record();
-    // Discard up to and including the next newline, reading through the rest of the line.
+    skip_line();
+    bad_.add(at, cat("line longer than ", max_line_, " bytes"));
+  }
+
+  // Discards up to and including the next newline, reading through the rest of the line.
+  void skip_line() {
     for (;;) {
       const std::string_view data(window_.data(), window_.size());
       const size_t nl = data.find('\n');
       if (nl != std::string_view::npos) {
-        window_.consume(nl + 1);
+        consume(nl + 1);
         break;
       }
-      window_.drop();
+      consume(data.size());
       if (!window_.fill()) break;
     }
     scanned_ = 0;
-    bad_.add(path_, line, cat("line longer than ", max_line_, " bytes"));
+  }
+
+  void consume(size_t n) {
+    window_.consume(n);
+    offset_ += static_cast<int64_t>(n);
   }
 
   std::string path_;
@@ -286,6 +309,9 @@ class JsonlReader final : public DocumentReader {
   BadRecords& bad_;
   std::string pointer_, field_;
   simdjson::dom::parser parser_;
+  bool ranged_;     // a range after the first: lines are named by byte offset
+  int64_t offset_;  // file offset of the window's first byte
+  int64_t end_;     // lines starting at or after this byte are not this range's (< 0: none)
   size_t scanned_ = 0, pending_consume_ = 0;
   int64_t line_ = 0;
 };
@@ -332,12 +358,20 @@ std::vector<CorpusFile> expand_inputs(const std::vector<std::string>& patterns,
   return out;
 }
 
-void BadRecords::add(const std::string& file, int64_t line, const std::string& why) {
+void BadRecords::add(const std::string& where, const std::string& why) {
   ++count_;
-  const std::string where = cat(file, ":", line, ": ", why);
-  STRATA_CHECK(max_fraction_ > 0, "prepare: bad record at ", where,
+  std::string example = where;
+  example.append(": ").append(why);
+  STRATA_CHECK(max_fraction_ > 0, "prepare: bad record at ", example,
                "; fix the input, or tolerate bad records with --max-bad-fraction (e.g. 0.001)");
-  if (examples_.size() < kMaxExamples) examples_.push_back(where);
+  if (examples_.size() < kMaxExamples) examples_.push_back(example);
+}
+
+void BadRecords::merge(int64_t count, int64_t records, const std::vector<std::string>& examples) {
+  count_ += count;
+  records_ += records;
+  for (const std::string& e : examples)
+    if (examples_.size() < kMaxExamples) examples_.push_back(e);
 }
 
 void BadRecords::check() const {
@@ -349,10 +383,35 @@ void BadRecords::check() const {
                "; the first: ", examples_.empty() ? std::string("?") : examples_.front());
 }
 
+std::vector<CorpusFile> split_into_units(const std::vector<CorpusFile>& files,
+                                         int64_t range_bytes) {
+  STRATA_CHECK(range_bytes > 0, "prepare: the unit size must be positive, not ", range_bytes);
+  std::vector<CorpusFile> units;
+  for (const CorpusFile& f : files) {
+    std::error_code ec;
+    const auto size = static_cast<int64_t>(fs::file_size(f.path, ec));
+    STRATA_CHECK(!ec, "prepare: cannot read the size of '", f.path, "': ", ec.message());
+    if (f.format != CorpusFormat::jsonl || size <= range_bytes ||
+        sniff_compression(f.path) != Compression::none) {
+      units.push_back(f);
+      continue;
+    }
+    const int64_t n = (size + range_bytes - 1) / range_bytes;
+    for (int64_t i = 0; i < n; ++i) {
+      CorpusFile u = f;
+      u.begin = size * i / n;
+      u.end = i + 1 == n ? -1 : size * (i + 1) / n;
+      units.push_back(u);
+    }
+  }
+  return units;
+}
+
 std::unique_ptr<DocumentReader> open_documents(const CorpusFile& file, const CorpusOptions& options,
                                                BadRecords& bad) {
-  if (file.format == CorpusFormat::jsonl)
-    return std::make_unique<JsonlReader>(file.path, options, bad);
+  if (file.format == CorpusFormat::jsonl) return std::make_unique<JsonlReader>(file, options, bad);
+  STRATA_CHECK(file.begin == 0 && file.end < 0, "prepare: the text file '", file.path,
+               "' cannot be read in ranges");
   return std::make_unique<TextReader>(file.path, options);
 }
 

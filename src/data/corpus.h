@@ -31,10 +31,14 @@ struct CorpusOptions {
   int64_t max_line_bytes = int64_t{256} << 20;  // jsonl: a longer line is a bad record
 };
 
-// One input file and how it is read.
+// One input file, or a range of one, and how it is read.
 struct CorpusFile {
   std::string path;
   CorpusFormat format = CorpusFormat::text;
+  // An uncompressed JSON Lines file may be read in ranges: the documents whose lines start at a
+  // byte in [begin, end) (end < 0: to the end of the file). Consecutive ranges read every line
+  // once, whatever their boundaries.
+  int64_t begin = 0, end = -1;
 };
 
 // Expands files, directories (every regular file below, recursively, hidden ones excepted) and
@@ -43,6 +47,12 @@ struct CorpusFile {
 std::vector<CorpusFile> expand_inputs(const std::vector<std::string>& patterns,
                                       CorpusFormat format);
 
+// The units a prepare distributes over its threads and processes: every file, with uncompressed
+// JSON Lines files larger than `range_bytes` cut into ranges of about that many bytes (text and
+// compressed files stay whole: neither can be entered midway). Depends on the files and
+// range_bytes only, so the units, and the output, are the same whatever the number of workers.
+std::vector<CorpusFile> split_into_units(const std::vector<CorpusFile>& files, int64_t range_bytes);
+
 // The format a path's name implies (compression suffixes .gz, .zst, .zstd ignored).
 CorpusFormat format_of(const std::string& path);
 
@@ -50,8 +60,10 @@ CorpusFormat format_of(const std::string& path);
 class BadRecords {
  public:
   explicit BadRecords(double max_fraction) : max_fraction_(max_fraction) {}
-  // Records one (file, line, why); throws at once when no bad record is tolerated.
-  void add(const std::string& file, int64_t line, const std::string& why);
+  // Records one (where: "file:line", why); throws at once when no bad record is tolerated.
+  void add(const std::string& where, const std::string& why);
+  // Another unit's count, records and examples (a prepare's units are read apart).
+  void merge(int64_t count, int64_t records, const std::vector<std::string>& examples);
   void count_record() { ++records_; }
   // Throws when the bad fraction of the records read exceeds the threshold.
   void check() const;

@@ -2,19 +2,17 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cinttypes>
 #include <cstdio>
 #include <filesystem>
-#include <queue>
+#include <map>
 
 #include "core/error.h"
 #include "core/log.h"
-#include "data/dedup.h"
 #include "data/file_util.h"
-#include "data/filters.h"
 #include "data/manifest.h"
-#include "data/minhash.h"
-#include "data/shard_writer.h"
+#include "data/prepare_stages.h"
+#include "data/prepare_work.h"
+#include "data/shard.h"
 #include "data/tokenizer.h"
 
 namespace strata::data {
@@ -31,157 +29,18 @@ nlohmann::json stats_json(const DocStats& s) {
   return {{"documents", s.documents}, {"bytes", s.bytes}};
 }
 
-void add(DocStats& s, int64_t bytes) {
-  ++s.documents;
+void add(DocStats& s, int64_t bytes, int64_t documents) {
+  s.documents += documents;
   s.bytes += bytes;
 }
-
-// A batch of documents read from the corpus: their bytes copied into one buffer (a reader's view
-// lasts only until its next document), and the filters' verdicts, judged in parallel.
-struct Batch {
-  std::string text;
-  struct Doc {
-    size_t begin = 0, size = 0;
-    int64_t oversize = 0;  // > 0: skipped unread, too long (corpus.h)
-    Verdict verdict = Verdict::kept;
-    DocKey key;                   // --dedup exact or minhash: of a kept document
-    std::vector<uint64_t> bands;  // --dedup minhash: its band keys
-  };
-  std::vector<Doc> docs;
-  std::string_view view(const Doc& d) const { return {text.data() + d.begin, d.size}; }
-  int64_t bytes(const Doc& d) const {
-    return d.oversize > 0 ? d.oversize : static_cast<int64_t>(d.size);
-  }
-};
-
-// Reads every file's documents in order, in batches of about batch_bytes, and hands each batch to
-// `fn` with its verdicts. The first pass judges them (the filters in parallel, then duplicates
-// with --dedup, in corpus order) and appends them to `verdicts`; a later pass (`verdicts` already
-// full) reads them back instead of judging again.
-template <class Fn>
-void for_each_batch(const std::vector<CorpusFile>& files, const PrepareOptions& o, BadRecords& bad,
-                    std::vector<Verdict>& verdicts, Fn&& fn) {
-  const bool judge = verdicts.empty();
-  size_t next = 0;  // documents handed out so far
-  Batch batch;
-  ExactDedup exact;
-  NearDedup near;
-  const bool dedup = o.dedup != DedupMode::none, minhash = o.dedup == DedupMode::minhash;
-  const MinHasher hasher(o.minhash);
-  auto flush = [&] {
-    const auto n = static_cast<int64_t>(batch.docs.size());
-    if (judge) {
-#pragma omp parallel for schedule(dynamic, 16)
-      for (int64_t i = 0; i < n; ++i) {
-        Batch::Doc& d = batch.docs[static_cast<size_t>(i)];
-        d.verdict = d.oversize > 0 ? Verdict::too_long : judge_document(batch.view(d), o.filters);
-        if (dedup && d.verdict == Verdict::kept) d.key = dedup_key(batch.view(d));
-        if (minhash && d.verdict == Verdict::kept) hasher.band_keys(batch.view(d), d.bands);
-      }
-      for (Batch::Doc& d : batch.docs) {
-        if (dedup && d.verdict == Verdict::kept && exact.seen(d.key))
-          d.verdict = Verdict::duplicate;
-        // Every document's bands are recorded, so a chain of near copies goes with its first.
-        if (minhash && !d.bands.empty() &&
-            (d.verdict == Verdict::kept || d.verdict == Verdict::duplicate)) {
-          const bool hit = near.seen(d.bands);
-          if (hit && d.verdict == Verdict::kept) d.verdict = Verdict::near_duplicate;
-        }
-        verdicts.push_back(d.verdict);
-      }
-    } else {
-      STRATA_CHECK(next + batch.docs.size() <= verdicts.size(),
-                   "prepare: the input changed while it was read (more documents than the first "
-                   "pass saw)");
-      for (Batch::Doc& d : batch.docs) d.verdict = verdicts[next++];
-    }
-    fn(batch);
-    batch.text.clear();
-    batch.docs.clear();
-  };
-  for (const CorpusFile& file : files) {
-    const std::unique_ptr<DocumentReader> reader = open_documents(file, o.corpus, bad);
-    Document doc;
-    while (reader->next(doc)) {
-      Batch::Doc d;
-      d.begin = batch.text.size();
-      d.size = doc.text.size();
-      d.oversize = doc.oversize_bytes;
-      batch.text.append(doc.text);
-      batch.docs.push_back(d);
-      if (static_cast<int64_t>(batch.text.size()) >= o.batch_bytes) flush();
-    }
-  }
-  flush();
-  bad.check();
-}
-
-// The tokenizer's training sample: every training document whose hash is below a threshold T,
-// the largest T whose documents fit the budget of bytes. Kept as a max-heap on the hash; when the
-// budget overflows, the largest hashes go and T falls to the last one removed, and no later
-// document at or above T enters. Every removed hash is >= T, so the result is exactly
-// {hash < T} over the whole corpus: the same set whatever the order of files and documents
-// (BPE training sorts its words, so the tokenizer is the same too).
-class Sample {
- public:
-  Sample(int64_t budget, uint64_t seed) : budget_(budget), seed_(seed ^ 0x7a3c5e1f9b2d4086ull) {}
-  void offer(int64_t ordinal, std::string_view doc) {
-    const double h = split_draw(doc, seed_);
-    if (h >= threshold_) return;
-    heap_.push({h, ordinal, std::string(doc)});
-    bytes_ += static_cast<int64_t>(doc.size());
-    // Over budget: remove from the top, and with it every document of the same hash (duplicates).
-    while (!heap_.empty() && (bytes_ > budget_ || heap_.top().hash >= threshold_)) {
-      threshold_ = std::min(threshold_, heap_.top().hash);
-      bytes_ -= static_cast<int64_t>(heap_.top().text.size());
-      heap_.pop();
-    }
-  }
-  // The documents in corpus order, without `excluded` (an ordinal forced into validation).
-  std::vector<std::string> take(int64_t excluded) {
-    std::vector<Entry> all;
-    while (!heap_.empty()) {
-      all.push_back(std::move(const_cast<Entry&>(heap_.top())));
-      heap_.pop();
-    }
-    std::sort(all.begin(), all.end(),
-              [](const Entry& a, const Entry& b) { return a.ordinal < b.ordinal; });
-    std::vector<std::string> docs;
-    for (Entry& e : all)
-      if (e.ordinal != excluded) docs.push_back(std::move(e.text));
-    return docs;
-  }
-
- private:
-  struct Entry {
-    double hash;
-    int64_t ordinal;
-    std::string text;
-    bool operator<(const Entry& o) const {
-      return hash != o.hash ? hash < o.hash : ordinal < o.ordinal;
-    }
-  };
-  int64_t budget_;
-  uint64_t seed_;
-  int64_t bytes_ = 0;
-  double threshold_ = 2;  // hashes are in [0, 1)
-  std::priority_queue<Entry> heap_;
-};
-
-// Pass 1's decisions that pass 2 needs: how many kept documents there are and which ones the
-// split rule below moves.
-struct SplitPlan {
-  int64_t kept = 0, n_val = 0;
-  int64_t lowest = -1, highest = -1;  // ordinals of the kept documents with the extreme draws
-  double lowest_draw = 2, highest_draw = -1;
-  int64_t forced_val = -1, forced_train = -1;
-  std::string highest_text;  // the document forced into train when every draw says val
-};
 
 }  // namespace
 
 nlohmann::json PrepareReport::to_json() const {
   return {{"files", files},
+          {"units", units},
+          {"workers", workers},
+          {"resumed", resumed},
           {"seen", stats_json(seen)},
           {"kept", stats_json(kept)},
           {"removed",
@@ -209,17 +68,63 @@ nlohmann::json PrepareReport::to_json() const {
           {"bad_records", bad_records},
           {"bad_examples", bad_examples},
           {"tokenizer_seconds", tokenizer_seconds},
+          {"scan_seconds", scan_seconds},
           {"encode_seconds", encode_seconds},
           {"seconds", seconds}};
 }
 
+PrepareReport PrepareReport::from_json(const nlohmann::json& j) {
+  auto stats = [](const nlohmann::json& s) {
+    return DocStats{s.at("documents").get<int64_t>(), s.at("bytes").get<int64_t>()};
+  };
+  PrepareReport r;
+  r.files = j.at("files").get<int64_t>();
+  r.units = j.at("units").get<int64_t>();
+  r.workers = j.at("workers").get<int>();
+  r.resumed = j.at("resumed").get<bool>();
+  r.seen = stats(j.at("seen"));
+  r.kept = stats(j.at("kept"));
+  const nlohmann::json& removed = j.at("removed");
+  r.invalid_utf8 = stats(removed.at("invalid_utf8"));
+  r.too_short = stats(removed.at("too_short"));
+  r.too_long = stats(removed.at("too_long"));
+  r.repetitive = stats(removed.at("repetitive"));
+  r.nonprint = stats(removed.at("nonprint"));
+  r.duplicate = stats(removed.at("duplicate"));
+  r.near_duplicate = stats(removed.at("near_duplicate"));
+  for (auto [split, docs, tokens, shards] :
+       {std::tuple{"train", &r.train, &r.train_tokens, &r.train_shards},
+        std::tuple{"val", &r.val, &r.val_tokens, &r.val_shards}}) {
+    const nlohmann::json& s = j.at(split);
+    *docs = stats(s);
+    *tokens = s.at("tokens").get<int64_t>();
+    *shards = s.at("shards").get<int64_t>();
+  }
+  r.vocab_size = j.at("vocab_size").get<int64_t>();
+  r.tokenizer = j.at("tokenizer").get<std::string>();
+  r.tokenizer_sample = stats(j.at("tokenizer_sample"));
+  r.records = j.at("records").get<int64_t>();
+  r.bad_records = j.at("bad_records").get<int64_t>();
+  r.bad_examples = j.at("bad_examples").get<std::vector<std::string>>();
+  r.tokenizer_seconds = j.at("tokenizer_seconds").get<double>();
+  r.scan_seconds = j.at("scan_seconds").get<double>();
+  r.encode_seconds = j.at("encode_seconds").get<double>();
+  r.seconds = j.at("seconds").get<double>();
+  return r;
+}
+
 std::string PrepareReport::summary() const {
+  if (!complete)
+    return cat("prepare worker ", worker, " of ", workers, ": scanned ", units_scanned,
+               ", encoded ", units_encoded, " of ", units, " unit(s), wrote ", shards_written,
+               " shard(s)", resumed ? " (resumed)" : "", "; worker 0 writes the manifest");
   const double bytes_per_token =
       train_tokens > 0 ? static_cast<double>(train.bytes) / static_cast<double>(train_tokens) : 0;
   char line[256];
   std::snprintf(line, sizeof line, "%.2f bytes/token", bytes_per_token);
   return cat(
-      "prepared ", files, " file(s): ", seen.documents, " documents (", seen.bytes,
+      "prepared ", files, " file(s) (", units, " unit(s), ", workers, " worker(s)",
+      resumed ? ", resumed" : "", "): ", seen.documents, " documents (", seen.bytes,
       " bytes), kept ", kept.documents, " (", kept.bytes, " bytes)\n", "  removed: invalid_utf8 ",
       invalid_utf8.documents, ", too_short ", too_short.documents, ", too_long ",
       too_long.documents, ", repetitive ", repetitive.documents, ", nonprint ", nonprint.documents,
@@ -230,7 +135,8 @@ std::string PrepareReport::summary() const {
       tokenizer == "trained"
           ? cat("; trained on ", tokenizer_sample.bytes, " bytes in ", tokenizer_seconds, " s")
           : std::string(),
-      ", encoded in ", encode_seconds, " s, total ", seconds, " s",
+      ", scanned in ", scan_seconds, " s, encoded in ", encode_seconds,
+      " s (worker-seconds), total ", seconds, " s",
       bad_records > 0 ? cat("\n  bad records: ", bad_records, " of ", records, ", the first ",
                             bad_examples.empty() ? std::string() : bad_examples.front())
                       : std::string());
@@ -250,6 +156,61 @@ double split_draw(std::string_view doc, uint64_t seed) {
   return static_cast<double>(h >> 11) * 0x1.0p-53;
 }
 
+namespace {
+
+int64_t unit_bytes(const CorpusFile& unit) {
+  std::error_code ec;
+  const auto size = static_cast<int64_t>(fs::file_size(unit.path, ec));
+  STRATA_CHECK(!ec, "prepare: cannot read the size of '", unit.path, "': ", ec.message());
+  return (unit.end < 0 ? size : unit.end) - unit.begin;
+}
+
+// What is prepared: every unit (with its file's size and time, so a changed input is a new job)
+// and every option that changes the output. Not the batch size, the workers or the stage.
+std::string job_description(const PrepareOptions& o, const std::vector<CorpusFile>& units) {
+  nlohmann::json inputs = nlohmann::json::array();
+  for (const CorpusFile& u : units) {
+    std::error_code ec;
+    const auto time = fs::last_write_time(u.path, ec).time_since_epoch().count();
+    inputs.push_back({{"path", u.path},
+                      {"format", enum_name(u.format)},
+                      {"begin", u.begin},
+                      {"end", u.end},
+                      {"size", unit_bytes(u)},
+                      {"time", static_cast<int64_t>(time)}});
+  }
+  std::string tokenizer;
+  if (!o.tokenizer.empty()) {
+    std::error_code ec;
+    tokenizer = cat(fs::absolute(o.tokenizer).string(), " ", fs::file_size(o.tokenizer, ec), " ",
+                    fs::last_write_time(o.tokenizer, ec).time_since_epoch().count());
+  }
+  const FilterConfig& f = o.filters;
+  return nlohmann::json{
+             {"inputs", inputs},
+             {"field", o.corpus.field},
+             {"separator", o.corpus.document_separator},
+             {"max_bad_fraction", o.corpus.max_bad_fraction},
+             {"max_document_bytes", o.corpus.max_document_bytes},
+             {"max_line_bytes", o.corpus.max_line_bytes},
+             {"filters",
+              {f.min_doc_chars, f.max_doc_chars, f.max_repeat_fraction, f.max_nonprint_fraction}},
+             {"dedup", enum_name(o.dedup)},
+             {"minhash", {o.minhash.ngram, o.minhash.bands, o.minhash.rows, o.minhash.seed}},
+             {"vocab_size", o.vocab_size},
+             {"val_fraction", o.val_fraction},
+             {"seed", o.seed},
+             {"tokenizer", tokenizer},
+             {"eot_token", o.eot_token},
+             {"tokenizer_sample_bytes", o.tokenizer_sample_bytes},
+             {"max_shard_tokens", o.max_shard_tokens},
+             {"range_bytes", o.range_bytes}}
+             .dump(1) +
+         "\n";
+}
+
+}  // namespace
+
 PrepareReport prepare(const PrepareOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   STRATA_CHECK(o.val_fraction >= 0 && o.val_fraction < 1, "data.val_fraction = ", o.val_fraction,
@@ -260,154 +221,176 @@ PrepareReport prepare(const PrepareOptions& o) {
                "prepare: --eot-token names a token of the tokenizer given with --tokenizer; a "
                "trained tokenizer ends documents with ",
                kEndOfText);
-  const std::vector<CorpusFile> files = expand_inputs(o.inputs, o.corpus.format);
-  CorpusOptions corpus = o.corpus;
-  // A document of more bytes than 4 x max_doc_chars has more characters than that too.
-  corpus.max_document_bytes = std::max<int64_t>(corpus.max_document_bytes,
-                                                4 * std::max<int64_t>(1, o.filters.max_doc_chars));
+  STRATA_CHECK(o.workers >= 1 && o.worker >= 0 && o.worker < o.workers, "prepare: worker ",
+               o.worker, " of ", o.workers, " does not exist; --worker is in [0, --workers)");
   PrepareOptions opt = o;
-  opt.corpus = corpus;
-  PrepareReport report;
-  report.files = static_cast<int64_t>(files.size());
-
-  // ---- pass 1: filters, split, tokenizer sample ------------------------------------------------
-  const bool train_tokenizer = o.tokenizer.empty();
-  Sample sample(o.tokenizer_sample_bytes, o.seed);
-  SplitPlan plan;
-  // Every document's verdict, from the first pass to the second (a byte a document).
-  std::vector<Verdict> verdicts;
-  {
-    BadRecords bad(o.corpus.max_bad_fraction);
-    for_each_batch(files, opt, bad, verdicts, [&](const Batch& batch) {
-      for (const Batch::Doc& d : batch.docs) {
-        const int64_t bytes = batch.bytes(d);
-        add(report.seen, bytes);
-        switch (d.verdict) {
-          case Verdict::kept:
-            add(report.kept, bytes);
-            break;
-          case Verdict::invalid_utf8:
-            add(report.invalid_utf8, bytes);
-            continue;
-          case Verdict::too_short:
-            add(report.too_short, bytes);
-            continue;
-          case Verdict::too_long:
-            add(report.too_long, bytes);
-            continue;
-          case Verdict::repetitive:
-            add(report.repetitive, bytes);
-            continue;
-          case Verdict::nonprint:
-            add(report.nonprint, bytes);
-            continue;
-          case Verdict::duplicate:
-            add(report.duplicate, bytes);
-            continue;
-          case Verdict::near_duplicate:
-            add(report.near_duplicate, bytes);
-            continue;
-        }
-        const std::string_view text = batch.view(d);
-        const int64_t ordinal = plan.kept++;
-        const double draw = split_draw(text, o.seed);
-        plan.n_val += draw < o.val_fraction;
-        if (draw < plan.lowest_draw) plan.lowest = ordinal, plan.lowest_draw = draw;
-        if (draw > plan.highest_draw) {
-          plan.highest = ordinal, plan.highest_draw = draw;
-          if (train_tokenizer) plan.highest_text = std::string(text);
-        }
-        if (train_tokenizer && draw >= o.val_fraction) sample.offer(ordinal, text);
-      }
-    });
-    report.bad_records = bad.count();
-    report.records = bad.records();
-    report.bad_examples = bad.examples();
-  }
-  STRATA_CHECK(plan.kept > 0, "prepare: all ", report.seen.documents, " documents of ",
-               files.size(), " file(s) were removed (invalid_utf8 ", report.invalid_utf8.documents,
-               ", too_short ", report.too_short.documents, ", too_long ", report.too_long.documents,
-               ", repetitive ", report.repetitive.documents, ", nonprint ",
-               report.nonprint.documents, ", duplicate ", report.duplicate.documents,
-               ", near_duplicate ", report.near_duplicate.documents, "); check the separator (now ",
-               nlohmann::json(o.corpus.document_separator).dump(), "), the JSON field (now '",
-               o.corpus.field, "') and the filters");
-  // With two or more documents and a non-zero fraction, both splits get at least one.
-  if (plan.kept >= 2 && o.val_fraction > 0) {
-    if (plan.n_val == 0) plan.forced_val = plan.lowest;
-    if (plan.n_val == plan.kept) plan.forced_train = plan.highest;
-  }
-
-  // ---- the tokenizer ---------------------------------------------------------------------------
+  // A document of more bytes than 4 x max_doc_chars has more characters than that too.
+  opt.corpus.max_document_bytes = std::max<int64_t>(
+      o.corpus.max_document_bytes, 4 * std::max<int64_t>(1, o.filters.max_doc_chars));
+  const std::vector<CorpusFile> files = expand_inputs(o.inputs, o.corpus.format);
+  const std::vector<CorpusFile> units = split_into_units(files, o.range_bytes);
+  const auto n_units = static_cast<int64_t>(units.size());
   std::error_code ec;
   fs::create_directories(o.out_dir, ec);
   STRATA_CHECK(!ec && fs::is_directory(o.out_dir), "cannot create data folder '", o.out_dir,
                "': ", ec.message());
-  const std::string tokenizer_file = (fs::path(o.out_dir) / "tokenizer.json").string();
-  auto t1 = std::chrono::steady_clock::now();
-  std::optional<Tokenizer> tok;
-  if (train_tokenizer) {
-    std::vector<std::string> docs = sample.take(plan.forced_val);
-    if (plan.forced_train >= 0) docs = {plan.highest_text};
-    for (const std::string& d : docs) add(report.tokenizer_sample, static_cast<int64_t>(d.size()));
-    tok = Tokenizer::train(docs, o.vocab_size);
-    tok->save(tokenizer_file);
-  } else {
-    tok = Tokenizer::load(o.tokenizer, o.eot_token);
-    report.tokenizer = o.tokenizer;
-    // The file itself, byte for byte (the loader and transformers read it as it was).
-    if (!fs::exists(tokenizer_file) || !fs::equivalent(o.tokenizer, tokenizer_file))
-      write_file_atomic(tokenizer_file, read_file(o.tokenizer));
+  const PrepareWork work(o.out_dir, job_description(opt, units), o.worker);
+  PrepareReport mine;  // what this process did
+  mine.complete = false;
+  mine.files = static_cast<int64_t>(files.size());
+  mine.units = n_units;
+  mine.workers = o.workers;
+  mine.worker = o.worker;
+  mine.resumed = work.resumed();
+  if (mine.resumed && o.worker == 0)
+    log::info("prepare: resuming from the records in ", work.dir());
+  const bool all = o.stage == PrepareStage::all;
+  auto is_mine = [&](int64_t i) { return i % o.workers == o.worker; };
+  std::vector<std::string> scans, samples, encodes;
+  for (int64_t u = 0; u < n_units; ++u) {
+    scans.push_back(work.scan(u));
+    samples.push_back(work.sample(u));
+    encodes.push_back(work.encode(u));
   }
-  report.tokenizer_seconds = seconds_since(t1);
-  report.vocab_size = tok->vocab_size();
 
-  // ---- pass 2: encode and write ----------------------------------------------------------------
-  t1 = std::chrono::steady_clock::now();
-  ShardWriter train(o.out_dir, "train", tok->vocab_size(), o.max_shard_tokens);
-  ShardWriter val(o.out_dir, "val", tok->vocab_size(), o.max_shard_tokens);
-  {
-    BadRecords bad(o.corpus.max_bad_fraction > 0 ? o.corpus.max_bad_fraction : 1.0);
-    int64_t ordinal = 0;
-    std::vector<std::string_view> views;
-    std::vector<bool> to_val;
-    for_each_batch(files, opt, bad, verdicts, [&](const Batch& batch) {
-      views.clear();
-      to_val.clear();
-      for (const Batch::Doc& d : batch.docs) {
-        if (d.verdict != Verdict::kept) continue;
-        const std::string_view text = batch.view(d);
-        const int64_t k = ordinal++;
-        const bool is_val = k == plan.forced_val ||
-                            (k != plan.forced_train && split_draw(text, o.seed) < o.val_fraction);
-        add(is_val ? report.val : report.train, static_cast<int64_t>(text.size()));
-        views.push_back(text);
-        to_val.push_back(is_val);
-      }
-      const std::vector<std::vector<int32_t>> encoded = tok->encode_batch(views);
-      const int32_t eot = tok->eot_id();
-      for (size_t i = 0; i < encoded.size(); ++i) {
-        ShardWriter& w = to_val[i] ? val : train;
-        w.append(encoded[i].data(), static_cast<int64_t>(encoded[i].size()));
-        w.append(&eot, 1);
-      }
-    });
-    STRATA_CHECK(ordinal == plan.kept, "prepare: the input changed while it was read (", plan.kept,
-                 " documents kept in the first pass, ", ordinal, " in the second)");
+  // ---- scan ------------------------------------------------------------------------------------
+  if (all || o.stage == PrepareStage::scan) {
+    // Each unit's own sample gets twice its share of the budget (by input bytes): enough, unless
+    // the units differ a lot, for the global sample's texts to come from them (prepare_plan.cc).
+    int64_t total_bytes = 0;
+    for (const CorpusFile& u : units) total_bytes += unit_bytes(u);
+    for (int64_t u = 0; u < n_units; ++u) {
+      if (!is_mine(u) || PrepareWork::done(scans[u])) continue;
+      const CorpusFile& unit = units[static_cast<size_t>(u)];
+      const double share = static_cast<double>(unit_bytes(unit)) /
+                           static_cast<double>(std::max<int64_t>(1, total_bytes));
+      const auto budget = std::min<int64_t>(
+          o.tokenizer_sample_bytes,
+          (int64_t{1} << 20) +
+              static_cast<int64_t>(2.0 * share * static_cast<double>(o.tokenizer_sample_bytes)));
+      const UnitScan scan = scan_unit(opt, unit, budget, samples[u]);
+      scan.save(scans[u]);
+      ++mine.units_scanned;
+      log::debug("prepare: scanned unit ", u + 1, "/", n_units, " (", unit.path, ") in ",
+                 scan.seconds, " s");
+    }
+    if (o.stage == PrepareStage::scan) {
+      mine.seconds = seconds_since(t0);
+      return mine;
+    }
   }
+
+  // ---- plan ------------------------------------------------------------------------------------
+  if (all)
+    PrepareWork::wait_for(scans, "unit scans");
+  else
+    PrepareWork::require(scans, "plan");
+  if ((all && o.worker == 0) || o.stage == PrepareStage::plan) {
+    if (!PrepareWork::done(work.plan())) {
+      Plan plan = make_plan(opt, units, scans, samples);
+      plan.report.files = mine.files;
+      plan.report.units = n_units;
+      plan.save(work.plan());
+    }
+    if (o.stage == PrepareStage::plan) {
+      mine.seconds = seconds_since(t0);
+      return mine;
+    }
+  }
+  if (all)
+    PrepareWork::wait_for({work.plan()}, "plan");
+  else
+    PrepareWork::require({work.plan()}, cat(enum_name(o.stage)));
+  const Plan plan = Plan::load(work.plan());
+
+  // ---- encode ----------------------------------------------------------------------------------
+  if (all || o.stage == PrepareStage::encode) {
+    std::optional<Tokenizer> tok;
+    for (int64_t u = 0; u < n_units; ++u) {
+      if (!is_mine(u) || PrepareWork::done(encodes[u])) continue;
+      if (!tok)
+        tok = Tokenizer::load((fs::path(o.out_dir) / "tokenizer.json").string(), o.eot_token);
+      const CorpusFile& unit = units[static_cast<size_t>(u)];
+      const UnitTokens t = encode_unit(opt, *tok, unit, u, UnitScan::load(scans[u]), plan,
+                                       work.tokens(u, "train"), work.tokens(u, "val"));
+      t.save(encodes[u]);
+      ++mine.units_encoded;
+      log::debug("prepare: encoded unit ", u + 1, "/", n_units, " (", unit.path, ") in ", t.seconds,
+                 " s");
+    }
+    if (o.stage == PrepareStage::encode) {
+      mine.seconds = seconds_since(t0);
+      return mine;
+    }
+  }
+
+  // ---- assemble --------------------------------------------------------------------------------
+  if (all)
+    PrepareWork::wait_for(encodes, "unit encodings");
+  else
+    PrepareWork::require(encodes, "assemble");
+  PrepareReport report = plan.report;
+  std::map<std::string, std::vector<int64_t>> unit_tokens;
+  std::map<std::string, std::vector<std::string>> token_files;
+  for (int64_t u = 0; u < n_units; ++u) {
+    const UnitTokens t = UnitTokens::load(encodes[u]);
+    report.scan_seconds += UnitScan::load(scans[u]).seconds;
+    report.encode_seconds += t.seconds;
+    add(report.train, t.train.bytes, t.train.documents);
+    add(report.val, t.val.bytes, t.val.documents);
+    report.train_tokens += t.train_tokens;
+    report.val_tokens += t.val_tokens;
+    unit_tokens["train"].push_back(t.train_tokens);
+    unit_tokens["val"].push_back(t.val_tokens);
+    token_files["train"].push_back(work.tokens(u, "train"));
+    token_files["val"].push_back(work.tokens(u, "val"));
+  }
+  // Every shard of both splits, numbered across them for the workers to share.
+  std::vector<std::pair<std::string, int64_t>> shards;
+  for (const auto& [split, tokens] :
+       {std::pair{"train", report.train_tokens}, std::pair{"val", report.val_tokens}})
+    for (int64_t k = 0; k * o.max_shard_tokens < tokens; ++k) shards.emplace_back(split, k);
+  std::vector<std::string> shard_records;
+  for (const auto& [split, k] : shards) shard_records.push_back(work.shard(split, k));
+  for (size_t i = 0; i < shards.size(); ++i) {
+    if (!is_mine(static_cast<int64_t>(i)) || PrepareWork::done(shard_records[i])) continue;
+    const auto& [split, k] = shards[i];
+    save_shard_entry(shard_records[i], assemble_shard(opt, split, k, report.vocab_size,
+                                                      token_files[split], unit_tokens[split]));
+    ++mine.shards_written;
+  }
+  if (o.worker != 0) {
+    write_file_atomic(work.finished(o.worker), "");
+    mine.seconds = seconds_since(t0);
+    return mine;
+  }
+  PrepareWork::wait_for(shard_records, "shards");
   Manifest manifest;
-  manifest.vocab_size = tok->vocab_size();
-  manifest.splits["train"] = train.finish();
-  manifest.splits["val"] = val.finish();
-  report.encode_seconds = seconds_since(t1);
-  report.train_tokens = train.tokens();
-  report.val_tokens = val.tokens();
+  manifest.vocab_size = report.vocab_size;
+  manifest.splits["train"];
+  manifest.splits["val"];
+  for (size_t i = 0; i < shards.size(); ++i)
+    manifest.splits[shards[i].first].push_back(load_shard_entry(shard_records[i]));
+  // A loader without a manifest globs <split>_*.bin, so shards of a larger earlier run must go.
+  for (const auto& [split, entries] : manifest.splits)
+    for (const std::string& path : list_shards(o.out_dir, split)) {
+      const std::string name = fs::path(path).filename().string();
+      if (std::none_of(entries.begin(), entries.end(),
+                       [&](const ShardEntry& e) { return e.file == name; }))
+        fs::remove(path);
+    }
   report.train_shards = static_cast<int64_t>(manifest.splits["train"].size());
   report.val_shards = static_cast<int64_t>(manifest.splits["val"].size());
-  write_manifest(o.out_dir, manifest);  // last: a folder with a manifest is complete
+  report.workers = o.workers;
+  report.resumed = mine.resumed;
   report.seconds = seconds_since(t0);
+  write_manifest(o.out_dir, manifest);  // a folder with a manifest is complete
   write_file_atomic((fs::path(o.out_dir) / "prepare_report.json").string(),
                     report.to_json().dump(2) + "\n");
+  std::vector<std::string> finished;
+  for (int w = 1; w < o.workers; ++w) finished.push_back(work.finished(w));
+  PrepareWork::wait_for(finished, "workers to finish");
+  work.remove();
   return report;
 }
 

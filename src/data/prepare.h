@@ -1,9 +1,12 @@
 // The prepare step: corpus files -> filtered documents -> train/val split -> tokenizer -> token
 // shards, plus a report of what was kept and why the rest was dropped. It streams: documents are
-// read through a bounded buffer (corpus.h), encoded a batch at a time, and written to shards as
-// they come (shard_writer.h), so its memory does not grow with the corpus. Two passes over the
-// input: the first filters, decides the split and draws the tokenizer's training sample; the
-// second encodes and writes.
+// read through a bounded buffer (corpus.h), encoded a batch at a time, and written as they come,
+// so its memory does not grow with the corpus. The corpus is cut into units (files, and ranges of
+// large JSON Lines files) that its workers share (threads within a process; processes under
+// mpirun or srun, or the tasks of a SLURM array job, one stage at a time); four stages
+// (prepare_stages.h) leave per-unit completion records in out_dir/.prepare (prepare_work.h), so a
+// killed prepare resumes from what was finished. The output is the same, byte for byte, whatever
+// the number of threads or processes and however often it was interrupted.
 //
 //   out_dir/tokenizer.json       Hugging Face tokenizer.json (trained, or the one given)
 //   out_dir/train_000.bin, ...   token shards (shard.h), at most max_shard_tokens each
@@ -21,6 +24,11 @@
 #include "data/minhash.h"
 
 namespace strata::data {
+
+// What a prepare process runs: everything (the default: workers share the units of each stage and
+// wait for each other between stages), or one stage, for launchers whose tasks need not run at
+// once (a SLURM array job: scan and encode as arrays, plan and assemble as single tasks).
+enum class PrepareStage { all, scan, plan, encode, assemble };
 
 inline constexpr int64_t kMaxShardTokens = 100'000'000;
 
@@ -50,6 +58,11 @@ struct PrepareOptions {
   int64_t tokenizer_sample_bytes = int64_t{512} << 20;
   int64_t batch_bytes = int64_t{32} << 20;  // documents read, filtered and encoded at once
   int64_t max_shard_tokens = kMaxShardTokens;
+  // Uncompressed JSON Lines files larger than this are read as ranges of about this size.
+  int64_t range_bytes = int64_t{256} << 20;
+  // This process is worker `worker` of `workers` (unit u goes to worker u % workers).
+  int workers = 1, worker = 0;
+  PrepareStage stage = PrepareStage::all;
 };
 
 struct PrepareReport {
@@ -65,9 +78,19 @@ struct PrepareReport {
   DocStats tokenizer_sample;              // what a trained tokenizer learned from
   int64_t bad_records = 0, records = 0;   // jsonl records that could not be read, of all read
   std::vector<std::string> bad_examples;  // "file:line: why", the first few
-  double tokenizer_seconds = 0, encode_seconds = 0, seconds = 0;
+  // The stages' times: tokenizer and seconds of this process; scan and encode summed over units
+  // (worker-seconds).
+  double tokenizer_seconds = 0, scan_seconds = 0, encode_seconds = 0, seconds = 0;
+  int64_t units = 0;  // of work: files, and ranges of large ones
+  int workers = 1;
+  // A worker other than the one that writes the manifest (or a single stage) reports its part.
+  bool complete = true;
+  int worker = 0;
+  int64_t units_scanned = 0, units_encoded = 0, shards_written = 0;  // by this process
+  bool resumed = false;  // records of an interrupted run were reused
 
   nlohmann::json to_json() const;
+  static PrepareReport from_json(const nlohmann::json& j);
   std::string summary() const;  // a few lines for the log
 };
 
@@ -86,3 +109,10 @@ PrepareReport prepare_text(const std::vector<std::string>& text_files, const std
 double split_draw(std::string_view doc, uint64_t seed);
 
 }  // namespace strata::data
+
+namespace strata {
+template <>
+struct EnumNames<data::PrepareStage> {
+  static constexpr std::string_view names[] = {"all", "scan", "plan", "encode", "assemble"};
+};
+}  // namespace strata

@@ -14,11 +14,13 @@ namespace {
 constexpr size_t kBufferTokens = size_t{1} << 20;  // tokens converted per write
 }  // namespace
 
-ShardWriter::ShardWriter(std::string dir, std::string split, int64_t vocab_size, int64_t max_tokens)
+ShardWriter::ShardWriter(std::string dir, std::string split, int64_t vocab_size, int64_t max_tokens,
+                         int64_t first_index)
     : dir_(std::move(dir)),
       split_(std::move(split)),
       vocab_size_(vocab_size),
       max_tokens_(max_tokens),
+      first_index_(first_index),
       width_(vocab_size <= 65536 ? 2 : 4) {
   STRATA_CHECK(vocab_size > 0 && vocab_size <= (int64_t{1} << 31), "ShardWriter '", split_,
                "': vocab_size ", vocab_size, " out of range");
@@ -30,7 +32,7 @@ ShardWriter::ShardWriter(std::string dir, std::string split, int64_t vocab_size,
 ShardWriter::~ShardWriter() = default;  // an unfinished shard's temporary file is removed
 
 void ShardWriter::open_shard() {
-  const std::string name = shard_name(split_, static_cast<int64_t>(done_.size()));
+  const std::string name = shard_name(split_, first_index_ + static_cast<int64_t>(done_.size()));
   out_ = std::make_unique<io::AtomicWriter>((std::filesystem::path(dir_) / name).string());
   hash_ = std::make_unique<io::Xxh3Hash>();
   const std::vector<unsigned char> header(kShardHeaderBytes, 0);  // the count comes at close
@@ -74,8 +76,9 @@ void ShardWriter::append(const int32_t* tokens, int64_t count) {
   }
 }
 
-std::vector<ShardEntry> ShardWriter::finish() {
+std::vector<ShardEntry> ShardWriter::finish(bool remove_others) {
   if (out_) close_shard();
+  if (!remove_others) return done_;
   // A loader without a manifest globs <split>_*.bin, so shards of a larger earlier run must go.
   for (const std::string& path : list_shards(dir_, split_)) {
     const std::string name = std::filesystem::path(path).filename().string();

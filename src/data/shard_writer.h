@@ -20,16 +20,20 @@ namespace strata::data {
 
 class ShardWriter {
  public:
-  ShardWriter(std::string dir, std::string split, int64_t vocab_size, int64_t max_tokens);
+  // The first shard written is <split>_<first_index>.bin (a prepare's workers write a split's
+  // shards apart).
+  ShardWriter(std::string dir, std::string split, int64_t vocab_size, int64_t max_tokens,
+              int64_t first_index = 0);
   ~ShardWriter();
   ShardWriter(const ShardWriter&) = delete;
   ShardWriter& operator=(const ShardWriter&) = delete;
 
   // Each token must be in [0, vocab_size).
   void append(const int32_t* tokens, int64_t count);
-  // Closes the last shard, removes any other <split>_*.bin an earlier run left, and returns the
-  // shards written (none when no token came: a split without tokens has no shards).
-  std::vector<ShardEntry> finish();
+  // Closes the last shard, removes any other <split>_*.bin an earlier run left (unless told not
+  // to: other writers' shards), and returns the shards written (none when no token came: a split
+  // without tokens has no shards).
+  std::vector<ShardEntry> finish(bool remove_others = true);
   int64_t tokens() const { return total_; }
 
  private:
@@ -37,7 +41,7 @@ class ShardWriter {
   void close_shard();
 
   std::string dir_, split_;
-  int64_t vocab_size_, max_tokens_;
+  int64_t vocab_size_, max_tokens_, first_index_;
   int width_;  // bytes per token: 2 (version 1) or 4 (version 2)
   std::unique_ptr<io::AtomicWriter> out_;
   std::unique_ptr<io::Xxh3Hash> hash_;
