@@ -1,4 +1,6 @@
 #include <algorithm>
+#include <charconv>
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -6,14 +8,76 @@
 
 #include "comm/mpi_runtime.h"
 #include "commands.h"
+#include "core/error.h"
 #include "data/prepare.h"
+#include "launch/prepare_job.h"
 
 namespace strata::cli {
+
+namespace {
+
+std::string exact(double v) {  // the shortest text that reads back as v
+  char buf[40];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, r.ptr);
+}
+
+// The options of `o` as `strata prepare` arguments (what the emitted SLURM jobs run), every one
+// spelled out so the jobs do not depend on this build's defaults.
+std::vector<std::string> prepare_args(const data::PrepareOptions& o) {
+  std::vector<std::string> a;
+  for (const std::string& in : o.inputs) a.insert(a.end(), {"--input", in});
+  const auto& f = o.filters;
+  a.insert(a.end(), {"--out",
+                     o.out_dir,
+                     "--format",
+                     std::string(enum_name(o.corpus.format)),
+                     "--field",
+                     o.corpus.field,
+                     "--separator",
+                     o.corpus.document_separator,
+                     "--max-bad-fraction",
+                     exact(o.corpus.max_bad_fraction),
+                     "--vocab",
+                     std::to_string(o.vocab_size),
+                     "--tokenizer-sample-bytes",
+                     std::to_string(o.tokenizer_sample_bytes),
+                     "--val-fraction",
+                     exact(o.val_fraction),
+                     "--seed",
+                     std::to_string(o.seed),
+                     "--max-shard-tokens",
+                     std::to_string(o.max_shard_tokens),
+                     "--range-bytes",
+                     std::to_string(o.range_bytes),
+                     "--dedup",
+                     std::string(enum_name(o.dedup)),
+                     "--minhash-bands",
+                     std::to_string(o.minhash.bands),
+                     "--minhash-rows",
+                     std::to_string(o.minhash.rows),
+                     "--minhash-ngram",
+                     std::to_string(o.minhash.ngram),
+                     "--min-doc-chars",
+                     std::to_string(f.min_doc_chars),
+                     "--max-doc-chars",
+                     std::to_string(f.max_doc_chars),
+                     "--max-repeat-fraction",
+                     exact(f.max_repeat_fraction)});
+  if (!o.tokenizer.empty()) a.insert(a.end(), {"--tokenizer", o.tokenizer});
+  if (!o.eot_token.empty()) a.insert(a.end(), {"--eot-token", o.eot_token});
+  return a;
+}
+
+}  // namespace
 
 Command add_prepare_command(CLI::App& parent) {
   auto o = std::make_shared<data::PrepareOptions>();
   auto format = std::make_shared<std::string>("auto");
   auto stage = std::make_shared<std::string>("all");
+  auto job = std::make_shared<launch::PrepareJobSpec>();
+  auto emit = std::make_shared<std::string>();
+  auto job_file = std::make_shared<std::string>();
   // Under mpirun or srun each rank is a worker; a SLURM array task says which one it is.
   const RankEnv env = detect_rank_env();
   o->workers = std::max(1, env.world_size);
@@ -90,13 +154,53 @@ Command add_prepare_command(CLI::App& parent) {
                   "about this size")
       ->transform(CLI::AsSizeValue(false))
       ->capture_default_str();
+  const std::string g = "SLURM jobs (--emit slurm)";
+  app->add_option("--emit", *emit,
+                  "slurm: write a bash script that submits this prepare as SLURM jobs (scan and "
+                  "encode as arrays of --workers tasks, plan and assembly as one task each) "
+                  "instead of running it")
+      ->check(CLI::IsMember({"slurm"}))
+      ->group(g);
+  app->add_option("--job-file", *job_file, "file to write the script to (default: standard output)")
+      ->group(g);
+  app->add_option("--job-name", job->name, "SLURM job name")->capture_default_str()->group(g);
+  app->add_option("--cpus-per-task", job->cpus_per_task, "threads per task")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str()
+      ->group(g);
+  app->add_option("--time", job->time, "time limit of each job (sbatch --time)")
+      ->capture_default_str()
+      ->group(g);
+  app->add_option("--partition", job->partition, "SLURM partition")->group(g);
+  app->add_option("--mem", job->memory, "memory per task (sbatch --mem)")->group(g);
+  app->add_option("--workdir", job->workdir, "working directory of the tasks (default: here)")
+      ->group(g);
+  app->add_option("--strata", job->strata, "the strata binary as the tasks see it")
+      ->capture_default_str()
+      ->group(g);
   app->add_option("--min-doc-chars", o->filters.min_doc_chars, "drop shorter documents");
   app->add_option("--max-doc-chars", o->filters.max_doc_chars, "drop longer documents");
   app->add_option("--max-repeat-fraction", o->filters.max_repeat_fraction,
                   "drop documents with more repeated text than this fraction");
-  return {app, [o, format, stage] {
+  return {app, [o, format, stage, job, emit, job_file, app] {
             o->corpus.format = parse_enum<data::CorpusFormat>("--format", *format);
             o->stage = parse_enum<data::PrepareStage>("--stage", *stage);
+            if (!emit->empty()) {
+              STRATA_CHECK(app->count("--stage") == 0 && app->count("--worker") == 0,
+                           "strata prepare --emit slurm writes every stage's jobs; it takes "
+                           "--workers (the array size), not --stage or --worker");
+              job->workers = o->workers;
+              job->args = prepare_args(*o);
+              const std::string script = launch::emit_prepare_sbatch(*job);
+              if (job_file->empty()) {
+                std::cout << script;
+              } else {
+                std::ofstream out(*job_file);
+                out << script;
+                STRATA_CHECK(out.good(), "cannot write '", *job_file, "'");
+              }
+              return 0;
+            }
             const data::PrepareReport report = data::prepare(*o);
             std::cout << report.summary() << "\n";
             return 0;

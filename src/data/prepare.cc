@@ -40,7 +40,7 @@ nlohmann::json PrepareReport::to_json() const {
   return {{"files", files},
           {"units", units},
           {"workers", workers},
-          {"resumed", resumed},
+          {"reused", reused},
           {"seen", stats_json(seen)},
           {"kept", stats_json(kept)},
           {"removed",
@@ -81,7 +81,7 @@ PrepareReport PrepareReport::from_json(const nlohmann::json& j) {
   r.files = j.at("files").get<int64_t>();
   r.units = j.at("units").get<int64_t>();
   r.workers = j.at("workers").get<int>();
-  r.resumed = j.at("resumed").get<bool>();
+  r.reused = j.at("reused").get<int64_t>();
   r.seen = stats(j.at("seen"));
   r.kept = stats(j.at("kept"));
   const nlohmann::json& removed = j.at("removed");
@@ -117,21 +117,23 @@ std::string PrepareReport::summary() const {
   if (!complete)
     return cat("prepare worker ", worker, " of ", workers, ": scanned ", units_scanned,
                ", encoded ", units_encoded, " of ", units, " unit(s), wrote ", shards_written,
-               " shard(s)", resumed ? " (resumed)" : "", "; worker 0 writes the manifest");
+               " shard(s)", reused > 0 ? cat(" (", reused, " found done)") : std::string(),
+               "; worker 0 writes the manifest");
   const double bytes_per_token =
       train_tokens > 0 ? static_cast<double>(train.bytes) / static_cast<double>(train_tokens) : 0;
   char line[256];
   std::snprintf(line, sizeof line, "%.2f bytes/token", bytes_per_token);
   return cat(
       "prepared ", files, " file(s) (", units, " unit(s), ", workers, " worker(s)",
-      resumed ? ", resumed" : "", "): ", seen.documents, " documents (", seen.bytes,
-      " bytes), kept ", kept.documents, " (", kept.bytes, " bytes)\n", "  removed: invalid_utf8 ",
-      invalid_utf8.documents, ", too_short ", too_short.documents, ", too_long ",
-      too_long.documents, ", repetitive ", repetitive.documents, ", nonprint ", nonprint.documents,
-      ", duplicate ", duplicate.documents, ", near_duplicate ", near_duplicate.documents, "\n",
-      "  train: ", train.documents, " documents, ", train_tokens, " tokens in ", train_shards,
-      " shard(s); val: ", val.documents, " documents, ", val_tokens, " tokens in ", val_shards,
-      " shard(s)\n", "  tokenizer: ", tokenizer, ", vocab ", vocab_size, ", ", line,
+      reused > 0 ? cat(", resumed: ", reused, " records reused") : std::string(),
+      "): ", seen.documents, " documents (", seen.bytes, " bytes), kept ", kept.documents, " (",
+      kept.bytes, " bytes)\n", "  removed: invalid_utf8 ", invalid_utf8.documents, ", too_short ",
+      too_short.documents, ", too_long ", too_long.documents, ", repetitive ", repetitive.documents,
+      ", nonprint ", nonprint.documents, ", duplicate ", duplicate.documents, ", near_duplicate ",
+      near_duplicate.documents, "\n", "  train: ", train.documents, " documents, ", train_tokens,
+      " tokens in ", train_shards, " shard(s); val: ", val.documents, " documents, ", val_tokens,
+      " tokens in ", val_shards, " shard(s)\n", "  tokenizer: ", tokenizer, ", vocab ", vocab_size,
+      ", ", line,
       tokenizer == "trained"
           ? cat("; trained on ", tokenizer_sample.bytes, " bytes in ", tokenizer_seconds, " s")
           : std::string(),
@@ -241,9 +243,13 @@ PrepareReport prepare(const PrepareOptions& o) {
   mine.units = n_units;
   mine.workers = o.workers;
   mine.worker = o.worker;
-  mine.resumed = work.resumed();
-  if (mine.resumed && o.worker == 0)
-    log::info("prepare: resuming from the records in ", work.dir());
+  mine.stage = o.stage;
+  // A record of this worker's found done: work an interrupted run finished.
+  auto reuse = [&](const std::string& record) {
+    if (!PrepareWork::done(record)) return false;
+    if (mine.reused++ == 0) log::info("prepare: resuming from the records in ", work.dir());
+    return true;
+  };
   const bool all = o.stage == PrepareStage::all;
   auto is_mine = [&](int64_t i) { return i % o.workers == o.worker; };
   std::vector<std::string> scans, samples, encodes;
@@ -260,7 +266,7 @@ PrepareReport prepare(const PrepareOptions& o) {
     int64_t total_bytes = 0;
     for (const CorpusFile& u : units) total_bytes += unit_bytes(u);
     for (int64_t u = 0; u < n_units; ++u) {
-      if (!is_mine(u) || PrepareWork::done(scans[u])) continue;
+      if (!is_mine(u) || reuse(scans[u])) continue;
       const CorpusFile& unit = units[static_cast<size_t>(u)];
       const double share = static_cast<double>(unit_bytes(unit)) /
                            static_cast<double>(std::max<int64_t>(1, total_bytes));
@@ -286,7 +292,7 @@ PrepareReport prepare(const PrepareOptions& o) {
   else
     PrepareWork::require(scans, "plan");
   if ((all && o.worker == 0) || o.stage == PrepareStage::plan) {
-    if (!PrepareWork::done(work.plan())) {
+    if (!reuse(work.plan())) {
       Plan plan = make_plan(opt, units, scans, samples);
       plan.report.files = mine.files;
       plan.report.units = n_units;
@@ -307,7 +313,7 @@ PrepareReport prepare(const PrepareOptions& o) {
   if (all || o.stage == PrepareStage::encode) {
     std::optional<Tokenizer> tok;
     for (int64_t u = 0; u < n_units; ++u) {
-      if (!is_mine(u) || PrepareWork::done(encodes[u])) continue;
+      if (!is_mine(u) || reuse(encodes[u])) continue;
       if (!tok)
         tok = Tokenizer::load((fs::path(o.out_dir) / "tokenizer.json").string(), o.eot_token);
       const CorpusFile& unit = units[static_cast<size_t>(u)];
@@ -353,14 +359,14 @@ PrepareReport prepare(const PrepareOptions& o) {
   std::vector<std::string> shard_records;
   for (const auto& [split, k] : shards) shard_records.push_back(work.shard(split, k));
   for (size_t i = 0; i < shards.size(); ++i) {
-    if (!is_mine(static_cast<int64_t>(i)) || PrepareWork::done(shard_records[i])) continue;
+    if (!is_mine(static_cast<int64_t>(i)) || reuse(shard_records[i])) continue;
     const auto& [split, k] = shards[i];
     save_shard_entry(shard_records[i], assemble_shard(opt, split, k, report.vocab_size,
                                                       token_files[split], unit_tokens[split]));
     ++mine.shards_written;
   }
   if (o.worker != 0) {
-    write_file_atomic(work.finished(o.worker), "");
+    write_file_atomic(work.finished(o.worker), std::to_string(mine.reused));
     mine.seconds = seconds_since(t0);
     return mine;
   }
@@ -382,14 +388,15 @@ PrepareReport prepare(const PrepareOptions& o) {
   report.train_shards = static_cast<int64_t>(manifest.splits["train"].size());
   report.val_shards = static_cast<int64_t>(manifest.splits["val"].size());
   report.workers = o.workers;
-  report.resumed = mine.resumed;
+  std::vector<std::string> finished;
+  for (int w = 1; w < o.workers; ++w) finished.push_back(work.finished(w));
+  PrepareWork::wait_for(finished, "workers to finish");
+  report.reused = mine.reused;
+  for (const std::string& f : finished) report.reused += std::stoll(read_file(f));
   report.seconds = seconds_since(t0);
   write_manifest(o.out_dir, manifest);  // a folder with a manifest is complete
   write_file_atomic((fs::path(o.out_dir) / "prepare_report.json").string(),
                     report.to_json().dump(2) + "\n");
-  std::vector<std::string> finished;
-  for (int w = 1; w < o.workers; ++w) finished.push_back(work.finished(w));
-  PrepareWork::wait_for(finished, "workers to finish");
   work.remove();
   return report;
 }

@@ -85,9 +85,10 @@ struct PrepareReport {
   int workers = 1;
   // A worker other than the one that writes the manifest (or a single stage) reports its part.
   bool complete = true;
+  PrepareStage stage = PrepareStage::all;
   int worker = 0;
   int64_t units_scanned = 0, units_encoded = 0, shards_written = 0;  // by this process
-  bool resumed = false;  // records of an interrupted run were reused
+  int64_t reused = 0;  // records of an interrupted run found done and reused (by every worker)
 
   nlohmann::json to_json() const;
   static PrepareReport from_json(const nlohmann::json& j);

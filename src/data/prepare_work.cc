@@ -34,7 +34,8 @@ std::string read_or_empty(const std::string& path) {
 // Creates `path` with `text` unless it exists (another worker may create it at the same moment:
 // the first link wins, and every worker then reads the same file).
 void create_exclusive(const std::string& path, const std::string& text) {
-  const std::string temp = path + ".tmp." + std::to_string(::getpid());
+  const std::string temp =
+      cat(path, ".tmp.", ::getpid(), ".", std::hash<std::thread::id>()(std::this_thread::get_id()));
   write_file_atomic(temp, text);
   const int rc = ::link(temp.c_str(), path.c_str());
   const int err = errno;
@@ -86,10 +87,7 @@ PrepareWork::PrepareWork(const std::string& out_dir, const std::string& job, int
     fs::create_directories(fs::path(dir_) / sub, ec);
     STRATA_CHECK(!ec, "prepare: cannot create '", dir_, "/", sub, "': ", ec.message());
   }
-  for (const char* sub : {"scan", "encode", "shards"})
-    resumed_ = resumed_ || !fs::is_empty(fs::path(dir_) / sub, ec);
-  // The output is being rewritten: until the new manifest, it must not read as complete.
-  if (worker == 0 && !resumed_) fs::remove(fs::path(out_dir) / "manifest.json", ec);
+  if (worker == 0) fs::remove(fs::path(out_dir) / "manifest.json", ec);
 }
 
 std::string PrepareWork::scan(int64_t unit) const {

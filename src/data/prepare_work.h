@@ -22,8 +22,8 @@ namespace strata::data {
 class PrepareWork {
  public:
   // Opens out_dir/.prepare for the job described by `job` (a JSON text). When the folder holds
-  // another job's records, worker 0 clears it (and the output's manifest, so the folder no longer
-  // reads as complete); other workers wait until it holds this job.
+  // another job's records, worker 0 clears it; other workers wait until it holds this job. Worker
+  // 0 also removes the output's manifest: until the new one, the folder must not read as complete.
   PrepareWork(const std::string& out_dir, const std::string& job, int worker);
 
   std::string scan(int64_t unit) const;
@@ -32,8 +32,8 @@ class PrepareWork {
   std::string encode(int64_t unit) const;
   std::string tokens(int64_t unit, const std::string& split) const;
   std::string shard(const std::string& split, int64_t index) const;
-  // Written by a worker as its last act on the folder: worker 0 removes the folder only after
-  // every worker's.
+  // Written by a worker as its last act on the folder (with the number of records it found done
+  // and reused): worker 0 removes the folder only after every worker's.
   std::string finished(int worker) const;
 
   static bool done(const std::string& record);
@@ -46,11 +46,9 @@ class PrepareWork {
 
   void remove() const;  // the finished job's folder
   const std::string& dir() const { return dir_; }
-  bool resumed() const { return resumed_; }  // records of this job were already there
 
  private:
   std::string dir_;
-  bool resumed_ = false;
 };
 
 }  // namespace strata::data

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "launch/job_spec.h"
+#include "launch/prepare_job.h"
 
 namespace strata::launch {
 namespace {
@@ -89,6 +90,38 @@ TEST(JobSpec, SbatchScript) {
                      "/work/configs/tiny.toml --set train.steps=3\n"),
             std::string::npos)
       << gpu;
+}
+
+TEST(JobSpec, PrepareArrayJobs) {
+  PrepareJobSpec spec;
+  spec.name = "prep";
+  spec.workers = 4;
+  spec.cpus_per_task = 2;
+  spec.partition = "cpu";
+  spec.args = {"--input", "data/*.jsonl.zst", "--out", "out dir"};
+  const std::string s = emit_prepare_sbatch(spec);
+  // Scan and encode are arrays of one task per worker, each told its index; plan and assemble
+  // are single tasks; each job waits for the one before.
+  EXPECT_NE(
+      s.find(R"(prepare='strata prepare --input '\''data/*.jsonl.zst'\'' --out '\''out dir'\''')"),
+      std::string::npos)
+      << s;
+  EXPECT_NE(
+      s.find(
+          R"(scan=$(submit --array=0-3 --wrap "$prepare --stage scan --workers 4 --worker \$SLURM_ARRAY_TASK_ID"))"),
+      std::string::npos)
+      << s;
+  EXPECT_NE(
+      s.find(
+          R"(plan=$(submit --dependency=afterok:$scan --wrap "$prepare --stage plan --workers 1 --worker 0"))"),
+      std::string::npos);
+  EXPECT_NE(s.find("encode=$(submit --array=0-3 --dependency=afterok:$plan"), std::string::npos);
+  EXPECT_NE(s.find("assemble=$(submit --dependency=afterok:$encode"), std::string::npos);
+  EXPECT_NE(s.find("--cpus-per-task=2 "), std::string::npos);
+  EXPECT_NE(s.find("OMP_NUM_THREADS=2"), std::string::npos);
+  EXPECT_NE(s.find("--partition=cpu"), std::string::npos);
+  spec.workers = 0;
+  EXPECT_THROW(emit_prepare_sbatch(spec), Error);
 }
 
 TEST(JobSpec, MpiJob) {

@@ -5,6 +5,7 @@
 #   test_slurm.sh STRATA MPI_HELLO FAKE_RANK SOURCE_DIR launch   # (a) salloc, (b) sbatch --wait
 #   test_slurm.sh STRATA MPI_HELLO FAKE_RANK SOURCE_DIR train    # (c) a 2-rank training job
 #   test_slurm.sh STRATA MPI_HELLO FAKE_RANK SOURCE_DIR emit     # (d) strata launch --emit slurm
+#   test_slurm.sh STRATA MPI_HELLO FAKE_RANK SOURCE_DIR prepare  # (e) strata prepare --emit slurm
 #
 # (a) inside salloc, `strata launch` takes the srun --mpi=pmix path: an MPI job of 2 ranks with
 #     distinct SLURM_PROCID and PMIx ranks and MPI_COMM_WORLD of size 2; a failing rank is named
@@ -14,12 +15,14 @@
 #     3 lines of metrics.
 # (d) the sbatch script `strata launch --emit slurm` writes for a 2-rank job (tp 2, so both ranks
 #     share the node) runs through `sbatch --wait` and trains 3 steps.
+# (e) the jobs `strata prepare --emit slurm --workers 2` submits (scan and encode as array jobs)
+#     write the same files as a prepare in one process.
 # Exit status: 0 passed, 1 failed, 77 skipped (SLURM cannot start on this machine; the reason is
 # printed; under CI that is a failure, 1).
 set -uo pipefail
 
 if [ $# -ne 5 ]; then
-  echo "usage: $0 STRATA MPI_HELLO FAKE_RANK SOURCE_DIR launch|train|emit" >&2
+  echo "usage: $0 STRATA MPI_HELLO FAKE_RANK SOURCE_DIR launch|train|emit|prepare" >&2
   exit 2
 fi
 strata=$1 hello=$2 fake=$3 src=$4 mode=$5
@@ -183,8 +186,38 @@ elif [ "$mode" = emit ]; then
   lines=$(wc -l <"$tmp/d/run/metrics.jsonl" 2>/dev/null || echo 0)
   [ "$lines" -eq 3 ] && pass "emit: the job trained 3 steps" ||
     fail "emit: metrics.jsonl has $lines lines, not 3"
+elif [ "$mode" = prepare ]; then
+  # (e) `strata prepare --emit slurm`: the submit script's four jobs (scan and encode as arrays of
+  # 2 tasks) make the same files as a prepare in one process.
+  mkdir -p "$tmp/e"
+  python3 - "$tmp/e" <<'PY'
+import json, random, sys
+rng = random.Random(3)
+words = [f"w{i}" for i in range(3000)]
+for part in range(2):
+    with open(f"{sys.argv[1]}/part{part}.jsonl", "w") as f:
+        for i in range(1500):
+            f.write(json.dumps({"text": " ".join(rng.choice(words) for _ in range(50))}) + "\n")
+PY
+  opts=(--input "$tmp/e/part*.jsonl" --vocab 600 --dedup exact --range-bytes 100K
+    --max-shard-tokens 40000)
+  run prepare_ref 120 "$strata" prepare "${opts[@]}" --out "$tmp/e/ref"
+  run prepare_emit 60 "$strata" prepare "${opts[@]}" --out "$tmp/e/out" --workers 2 --emit slurm \
+    --job-name "$job_name" --workdir "$tmp/e" --time 00:15:00 --strata "$strata" \
+    --job-file "$tmp/e/submit.sh"
+  sed 's/^/    submit.sh: /' "$tmp/e/submit.sh"
+  grep -q -- "--array=0-1" "$tmp/e/submit.sh" && pass "prepare emit: array jobs of 2 tasks" ||
+    fail "prepare emit: no --array=0-1 in the script"
+  SBATCH_WAIT=1 run prepare_submit 600 bash "$tmp/e/submit.sh"
+  [ $status -eq 0 ] && pass "prepare emit: the four jobs succeeded" ||
+    fail "prepare emit: exit status $status"
+  for f in "$tmp/e/$job_name"-*.out; do sed "s|^|    $(basename "$f"): |" "$f"; done 2>/dev/null | tail -20
+  digest() { (cd "$1" && ls -A | grep -v '^prepare_report.json$' | xargs sha256sum | sha256sum); }
+  [ -e "$tmp/e/out/manifest.json" ] && [ "$(digest "$tmp/e/out")" = "$(digest "$tmp/e/ref")" ] &&
+    pass "prepare emit: the same files as one process" ||
+    fail "prepare emit: the jobs' files differ from one process's"
 else
-  echo "unknown mode '$mode' (launch, train or emit)" >&2
+  echo "unknown mode '$mode' (launch, train, emit or prepare)" >&2
   exit 2
 fi
 
