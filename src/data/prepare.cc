@@ -64,6 +64,7 @@ nlohmann::json PrepareReport::to_json() const {
           {"vocab_size", vocab_size},
           {"tokenizer", tokenizer},
           {"tokenizer_sample", stats_json(tokenizer_sample)},
+          {"tokenizer_sample_rereads", tokenizer_sample_rereads},
           {"records", records},
           {"bad_records", bad_records},
           {"bad_examples", bad_examples},
@@ -103,6 +104,7 @@ PrepareReport PrepareReport::from_json(const nlohmann::json& j) {
   r.vocab_size = j.at("vocab_size").get<int64_t>();
   r.tokenizer = j.at("tokenizer").get<std::string>();
   r.tokenizer_sample = stats(j.at("tokenizer_sample"));
+  r.tokenizer_sample_rereads = j.at("tokenizer_sample_rereads").get<int64_t>();
   r.records = j.at("records").get<int64_t>();
   r.bad_records = j.at("bad_records").get<int64_t>();
   r.bad_examples = j.at("bad_examples").get<std::vector<std::string>>();
@@ -270,9 +272,10 @@ PrepareReport prepare(const PrepareOptions& o) {
       const CorpusFile& unit = units[static_cast<size_t>(u)];
       const double share = static_cast<double>(unit_bytes(unit)) /
                            static_cast<double>(std::max<int64_t>(1, total_bytes));
+      const int64_t floor = std::min<int64_t>(int64_t{64} << 10, o.tokenizer_sample_bytes / 16);
       const auto budget = std::min<int64_t>(
           o.tokenizer_sample_bytes,
-          (int64_t{1} << 20) +
+          floor +
               static_cast<int64_t>(2.0 * share * static_cast<double>(o.tokenizer_sample_bytes)));
       const UnitScan scan = scan_unit(opt, unit, budget, samples[u]);
       scan.save(scans[u]);

@@ -73,9 +73,11 @@ struct PrepareReport {
   DocStats train, val;                       // kept documents per split
   int64_t train_tokens = 0, val_tokens = 0;  // including one <|endoftext|> per document
   int64_t train_shards = 0, val_shards = 0;
-  int64_t vocab_size = 0;                 // of the tokenizer
-  std::string tokenizer = "trained";      // or the path of the one given
-  DocStats tokenizer_sample;              // what a trained tokenizer learned from
+  int64_t vocab_size = 0;             // of the tokenizer
+  std::string tokenizer = "trained";  // or the path of the one given
+  DocStats tokenizer_sample;          // what a trained tokenizer learned from
+  // Units read again for sample texts their own share of the sample lacked (prepare_plan.cc).
+  int64_t tokenizer_sample_rereads = 0;
   int64_t bad_records = 0, records = 0;   // jsonl records that could not be read, of all read
   std::vector<std::string> bad_examples;  // "file:line: why", the first few
   // The stages' times: tokenizer and seconds of this process; scan and encode summed over units

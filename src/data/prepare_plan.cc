@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <map>
 
 #include "core/log.h"
@@ -201,7 +202,7 @@ Plan make_plan(const PrepareOptions& o, const std::vector<CorpusFile>& units,
         size_t b = a;
         while (b < chosen.size() && chosen[b].first.unit == u) ++b;
         const std::vector<SampleEntry>& own = candidates[static_cast<size_t>(u)];
-        std::string texts;
+        std::ifstream texts;           // the unit's sample texts, read at the offsets wanted
         std::vector<int64_t> missing;  // indices among the kept documents
         for (size_t c = a; c < b; ++c) {
           auto it = std::lower_bound(
@@ -211,11 +212,17 @@ Plan make_plan(const PrepareOptions& o, const std::vector<CorpusFile>& units,
             missing.push_back(chosen[c].first.index);
             continue;
           }
-          if (texts.empty()) texts = read_file(samples[static_cast<size_t>(u)]);
-          chosen[c].second =
-              texts.substr(static_cast<size_t>(it->offset), static_cast<size_t>(it->bytes));
+          if (!texts.is_open()) texts.open(samples[static_cast<size_t>(u)], std::ios::binary);
+          std::string& text = chosen[c].second;
+          text.resize(static_cast<size_t>(it->bytes));
+          texts.seekg(it->offset);
+          texts.read(text.data(), it->bytes);
+          STRATA_CHECK(texts.good(), "prepare: '", samples[static_cast<size_t>(u)],
+                       "' is shorter than its scan says; remove the folder's .prepare subfolder "
+                       "and run again");
         }
         if (!missing.empty()) {
+          ++r.tokenizer_sample_rereads;
           // Kept indices to document indices: the scan's verdicts say which documents were kept.
           const UnitScan s = UnitScan::load(scans[static_cast<size_t>(u)]);
           std::vector<int64_t> docs_of_kept;

@@ -7,6 +7,7 @@
 #include "data/minhash.h"
 #include "data/prepare_record.h"
 #include "data/prepare_stages.h"
+#include "io/atomic_file.h"
 
 namespace strata::data {
 
@@ -154,13 +155,14 @@ UnitScan scan_unit(const PrepareOptions& o, const CorpusFile& unit, int64_t samp
   scan.records = bad.records();
   scan.bad_examples = bad.examples();
   // The sample's texts, one after another in ordinal order; the entries say where.
-  std::string texts;
+  io::AtomicWriter texts(sample_path);
   for (auto& [entry, text] : sample.take()) {
-    entry.offset = static_cast<int64_t>(texts.size());
-    texts.append(text);
+    entry.offset = static_cast<int64_t>(texts.bytes_written());
+    texts.write(text);
+    std::string().swap(text);  // freed as written: the sample is held once, not twice
     scan.sample.push_back(entry);
   }
-  write_file_atomic(sample_path, texts);
+  texts.commit();
   scan.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return scan;
 }

@@ -230,9 +230,12 @@ void Trainer::prepare_data() {
   data_dir_ = d.dir;
   tokenizer_path_ = (fs::path(d.dir) / "tokenizer.json").string();
   // Rank 0 prepares; the others wait for it (a barrier with the comm timeout).
-  // Prepared already: a manifest (complete), or shards of a folder prepared before manifests.
-  const bool prepared = fs::exists(fs::path(d.dir) / data::kManifestFile) ||
-                        !data::list_shards(d.dir, "train").empty();
+  // Prepared already: a manifest (complete), or shards of a folder prepared before manifests
+  // (not those of a prepare that was interrupted: its work folder is still there, and preparing
+  // again resumes it).
+  const bool prepared =
+      fs::exists(fs::path(d.dir) / data::kManifestFile) ||
+      (!data::list_shards(d.dir, "train").empty() && !fs::exists(fs::path(d.dir) / ".prepare"));
   if (d.source == DataSource::text && is_rank0() && !prepared) {
     heartbeat("prepare");
     log::info("preparing data: training a ", config_.model.vocab_size, "-token BPE tokenizer on ",

@@ -223,5 +223,43 @@ TEST(PrepareWorkers, AnInterruptedPrepareResumesToTheSameOutput) {
   }
 }
 
+TEST(PrepareWorkers, AUnitShortOfItsSampleShareIsReadAgainToTheSameTokenizer) {
+  // Two files of the same documents, once with a large field beside each text: by input bytes the
+  // padded file takes nearly the whole sample budget, so the plain file's own share falls short
+  // of the documents the sample needs from it, and the plan reads it again. The texts are the
+  // same, so everything written must be too.
+  TempDir dir;
+  std::string plain_a, plain_b, padded_a;
+  for (int i = 0; i < 80; ++i) {
+    const std::string doc = make_corpus(4 + i % 5, 500 + i);
+    std::string& plain = i % 2 ? plain_a : plain_b;
+    plain += nlohmann::json{{"text", doc}}.dump() + "\n";
+    if (i % 2)
+      padded_a += nlohmann::json{{"text", doc}, {"meta", std::string(4000, 'x')}}.dump() + "\n";
+  }
+  write_file_atomic(dir.file("a.jsonl"), plain_a);
+  write_file_atomic(dir.file("b.jsonl"), plain_b);
+  fs::create_directories(dir.file("padded"));
+  write_file_atomic(dir.file("padded/a.jsonl"), padded_a);
+  write_file_atomic(dir.file("padded/b.jsonl"), plain_b);
+  PrepareOptions o;
+  o.vocab_size = 300;
+  o.tokenizer_sample_bytes = 4000;
+  o.inputs = {dir.file("a.jsonl"), dir.file("b.jsonl")};
+  o.out_dir = dir.file("plain_out");
+  const PrepareReport plain = prepare(o);
+  o.inputs = {dir.file("padded/a.jsonl"), dir.file("padded/b.jsonl")};
+  o.out_dir = dir.file("padded_out");
+  const PrepareReport padded = prepare(o);
+  EXPECT_EQ(plain.tokenizer_sample_rereads, 0);
+  EXPECT_GT(padded.tokenizer_sample_rereads, 0);
+  EXPECT_EQ(plain.tokenizer_sample.bytes, padded.tokenizer_sample.bytes);
+  EXPECT_GT(plain.tokenizer_sample.documents, 3);
+  for (const char* f : {"tokenizer.json", "train_000.bin", "val_000.bin", "manifest.json"})
+    EXPECT_TRUE(read_file(dir.file(std::string("plain_out/") + f)) ==
+                read_file(dir.file(std::string("padded_out/") + f)))
+        << f;
+}
+
 }  // namespace
 }  // namespace strata::data
