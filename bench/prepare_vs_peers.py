@@ -586,7 +586,7 @@ def best(rows, **key):
 
 
 def rate(run, key):
-    """Tokens per second of run's key ("wall_s" or "encode_s"); None when it has none."""
+    """Tokens per second of run's key ("wall_s", "encode_s", "cpu_s"); None without it."""
     return run["tokens"] / run[key] if run and run.get(key) else None
 
 
@@ -628,8 +628,9 @@ def ratios(enc, threads):
 
 def encode_table(results):
     lines = ["| tool | cores | tokens | wall s | encode s | tokens/s (encode) | per core | "
-             "tokens/s (wall) | text MB/s (wall) | CPU s | peak RSS MiB (largest / sum) |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "tokens/s (wall) | text MB/s (wall) | CPU s | tokens/CPU-s | "
+             "peak RSS MiB (largest / sum) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for mode in ENCODE_MODES:
         for t in results["threads"]:
             r = best(results["encode"], mode=mode, threads=t)
@@ -640,11 +641,12 @@ def encode_table(results):
                     f"{fmt(r.get('encode_s'), '.1f')} | {fmt(enc)} | "
                     f"{fmt(enc and enc / t)} | {rate(r, 'wall_s'):,.0f} | "
                     f"{r['text_bytes'] / 1e6 / r['wall_s']:.1f} | {r['cpu_s']:.1f} | "
-                    f"{r['rss_mib']:,.0f} / {r['rss_sum_mib']:,.0f} |")
+                    f"{rate(r, 'cpu_s'):,.0f} | {r['rss_mib']:,.0f} / {r['rss_sum_mib']:,.0f} |")
     lines += ["", "encode s: strata's second pass (read, parse, encode, write shards); HF's "
               "encode_batch calls alone (reading excluded); datatrove has none (wall only). "
-              "Tokens include one <|endoftext|> per document. Peak RSS: the largest process "
-              "(GNU time) / the process tree's sum (sampled every 0.2 s)."]
+              "Tokens include one <|endoftext|> per document. CPU s: user + system of every "
+              "process (tokens/CPU-s is the least disturbed by other load). Peak RSS: the "
+              "largest process (GNU time) / the process tree's sum (sampled every 0.2 s)."]
     if results["ratios"]:
         cols = results["threads"]
         lines += ["", "| ratio | " + " | ".join(f"{t} core(s)" for t in cols) + " |",

@@ -1,9 +1,13 @@
 #include "data/prepare.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <exception>
 #include <filesystem>
+#include <functional>
 #include <map>
 
 #include "core/error.h"
@@ -162,6 +166,41 @@ double split_draw(std::string_view doc, uint64_t seed) {
 
 namespace {
 
+// Runs fn(u) for every unit in `todo`. With at least as many units as threads, each thread takes
+// whole units (reading and parsing scale too; the stages' own parallel loops then run on the
+// thread that calls them); with fewer, one unit at a time, each spread over every thread. The
+// first error in unit order is rethrown once all have stopped.
+void for_each_unit(const std::vector<int64_t>& todo, const std::function<void(int64_t)>& fn) {
+  const auto n = static_cast<int64_t>(todo.size());
+  const bool across = omp_get_max_threads() > 1 && n >= omp_get_max_threads();
+  std::vector<std::exception_ptr> errors(todo.size());
+#pragma omp parallel for schedule(dynamic, 1) if (across)
+  for (int64_t i = 0; i < n; ++i) {
+    try {
+      fn(todo[static_cast<size_t>(i)]);
+    } catch (...) {
+      errors[static_cast<size_t>(i)] = std::current_exception();
+    }
+  }
+  for (const std::exception_ptr& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
+// Temporary files a killed prepare left in the output folder: a shard's (".train_003.bin.tmp-..."),
+// the manifest's, the tokenizer's or the report's ("manifest.json.tmp.PID").
+void remove_stale_temporaries(const std::string& out_dir) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(out_dir, ec)) {
+    const std::string name = e.path().filename().string();
+    const bool shard_temp = (name.rfind(".train_", 0) == 0 || name.rfind(".val_", 0) == 0) &&
+                            name.find(".bin.tmp-") != std::string::npos;
+    bool json_temp = false;
+    for (const char* f : {"manifest.json.tmp.", "tokenizer.json.tmp.", "prepare_report.json.tmp."})
+      json_temp = json_temp || name.rfind(f, 0) == 0;
+    if (e.is_regular_file(ec) && (shard_temp || json_temp)) fs::remove(e.path(), ec);
+  }
+}
+
 int64_t unit_bytes(const CorpusFile& unit) {
   std::error_code ec;
   const auto size = static_cast<int64_t>(fs::file_size(unit.path, ec));
@@ -267,8 +306,10 @@ PrepareReport prepare(const PrepareOptions& o) {
     // the units differ a lot, for the global sample's texts to come from them (prepare_plan.cc).
     int64_t total_bytes = 0;
     for (const CorpusFile& u : units) total_bytes += unit_bytes(u);
-    for (int64_t u = 0; u < n_units; ++u) {
-      if (!is_mine(u) || reuse(scans[u])) continue;
+    std::vector<int64_t> todo;
+    for (int64_t u = 0; u < n_units; ++u)
+      if (is_mine(u) && !reuse(scans[u])) todo.push_back(u);
+    for_each_unit(todo, [&](int64_t u) {
       const CorpusFile& unit = units[static_cast<size_t>(u)];
       const double share = static_cast<double>(unit_bytes(unit)) /
                            static_cast<double>(std::max<int64_t>(1, total_bytes));
@@ -279,10 +320,10 @@ PrepareReport prepare(const PrepareOptions& o) {
               static_cast<int64_t>(2.0 * share * static_cast<double>(o.tokenizer_sample_bytes)));
       const UnitScan scan = scan_unit(opt, unit, budget, samples[u]);
       scan.save(scans[u]);
-      ++mine.units_scanned;
       log::debug("prepare: scanned unit ", u + 1, "/", n_units, " (", unit.path, ") in ",
                  scan.seconds, " s");
-    }
+    });
+    mine.units_scanned = static_cast<int64_t>(todo.size());
     if (o.stage == PrepareStage::scan) {
       mine.seconds = seconds_since(t0);
       return mine;
@@ -314,19 +355,21 @@ PrepareReport prepare(const PrepareOptions& o) {
 
   // ---- encode ----------------------------------------------------------------------------------
   if (all || o.stage == PrepareStage::encode) {
+    std::vector<int64_t> todo;
+    for (int64_t u = 0; u < n_units; ++u)
+      if (is_mine(u) && !reuse(encodes[u])) todo.push_back(u);
     std::optional<Tokenizer> tok;
-    for (int64_t u = 0; u < n_units; ++u) {
-      if (!is_mine(u) || reuse(encodes[u])) continue;
-      if (!tok)
-        tok = Tokenizer::load((fs::path(o.out_dir) / "tokenizer.json").string(), o.eot_token);
+    if (!todo.empty())
+      tok = Tokenizer::load((fs::path(o.out_dir) / "tokenizer.json").string(), o.eot_token);
+    for_each_unit(todo, [&](int64_t u) {
       const CorpusFile& unit = units[static_cast<size_t>(u)];
       const UnitTokens t = encode_unit(opt, *tok, unit, u, UnitScan::load(scans[u]), plan,
                                        work.tokens(u, "train"), work.tokens(u, "val"));
       t.save(encodes[u]);
-      ++mine.units_encoded;
       log::debug("prepare: encoded unit ", u + 1, "/", n_units, " (", unit.path, ") in ", t.seconds,
                  " s");
-    }
+    });
+    mine.units_encoded = static_cast<int64_t>(todo.size());
     if (o.stage == PrepareStage::encode) {
       mine.seconds = seconds_since(t0);
       return mine;
@@ -388,6 +431,7 @@ PrepareReport prepare(const PrepareOptions& o) {
                        [&](const ShardEntry& e) { return e.file == name; }))
         fs::remove(path);
     }
+  remove_stale_temporaries(o.out_dir);
   report.train_shards = static_cast<int64_t>(manifest.splits["train"].size());
   report.val_shards = static_cast<int64_t>(manifest.splits["val"].size());
   report.workers = o.workers;

@@ -56,6 +56,11 @@ std::string unit_name(int64_t unit) {
 PrepareWork::PrepareWork(const std::string& out_dir, const std::string& job, int worker)
     : dir_((fs::path(out_dir) / ".prepare").string()) {
   std::error_code ec;
+  // What a prepare killed while removing its finished work folder left (remove()).
+  if (worker == 0 && fs::is_directory(out_dir, ec))
+    for (const auto& e : fs::directory_iterator(out_dir, ec))
+      if (e.path().filename().string().rfind(".prepare.removing.", 0) == 0)
+        fs::remove_all(e.path(), ec);
   fs::create_directories(dir_, ec);
   STRATA_CHECK(!ec, "prepare: cannot create the work folder '", dir_, "': ", ec.message());
   const std::string file = job_file(dir_);
@@ -149,8 +154,12 @@ void PrepareWork::require(const std::vector<std::string>& records, const std::st
 }
 
 void PrepareWork::remove() const {
+  // Renamed first, in one step: a prepare killed while the files go must not leave a folder of
+  // this job with some records and not the files they stand for.
+  const std::string doomed = cat(dir_, ".removing.", ::getpid());
   std::error_code ec;
-  fs::remove_all(dir_, ec);
+  fs::rename(dir_, doomed, ec);
+  if (!ec) fs::remove_all(doomed, ec);
   if (ec) log::warn("prepare: could not remove the work folder ", dir_, ": ", ec.message());
 }
 
