@@ -30,7 +30,8 @@ split into --files files. Peak RSS: GNU time's (the largest single process) and,
 
 Runs are interleaved (every tool at 1 core, then every tool at 2) and repeated --repeats times,
 the fastest kept, since a shared machine makes single timings noisy. The table is printed as
-markdown and written, with everything measured, to WORK/results_<gb>gb.{md,json}.
+markdown and written, with everything measured, to WORK/results_<gb>gb_<time>.{md,json}; each
+invocation runs in its own WORK/runs_<time>_<pid> (the tools' logs stay there).
 
   bench/prepare_vs_peers.py --gb 0.1                      # quick
   bench/prepare_vs_peers.py --gb 1 --strata build/strata  # the recorded run
@@ -416,11 +417,11 @@ def read_strata_tokens(out):
 
 
 class Bench:
-    def __init__(self, args, corpus, verify_texts):
+    def __init__(self, args, corpus, runs, verify_texts):
         self.args = args
         self.corpus = corpus
+        self.runs = runs
         self.verify_texts = verify_texts  # what trained tokenizers' compression is measured on
-        self.runs = os.path.join(args.work, "runs")
 
     def fresh(self, name):
         path = os.path.join(self.runs, name)
@@ -767,11 +768,12 @@ def main():
         print(f"training the {ENCODE_VOCAB}-token tokenizer on {sample['text_bytes'] / 1e6:.0f} MB "
               "with HF tokenizers ...", flush=True)
         hf_train(sample["path"], ENCODE_VOCAB, tokenizer)
-    runs = os.path.join(args.work, "runs")
-    os.makedirs(runs, exist_ok=True)
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    runs = os.path.join(args.work, f"runs_{stamp}_{os.getpid()}")
+    os.makedirs(runs)
     verify_path = ensure_verify_docs(corpus, args.verify_docs)
     verify, verify_texts = verify_exact(args, tokenizer, verify_path, runs)
-    bench = Bench(args, corpus, verify_texts)
+    bench = Bench(args, corpus, runs, verify_texts)
     print(f"exactness on {verify['documents']} documents: {verify['documents_differing']} differ",
           flush=True)
 
@@ -815,7 +817,7 @@ def main():
     }
     text = report(results)
     print("\n" + text)
-    stem = os.path.join(args.work, f"results_{args.gb:g}gb")
+    stem = os.path.join(args.work, f"results_{args.gb:g}gb_{stamp}")
     with open(stem + ".json", "w") as f:
         json.dump(results, f, indent=1)
     with open(stem + ".md", "w") as f:

@@ -29,7 +29,7 @@ class RecordWriter {
   void put_vector(const std::vector<T>& v) {
     static_assert(std::is_trivially_copyable_v<T>);
     put<uint64_t>(v.size());
-    bytes_.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+    if (!v.empty()) bytes_.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
   }
   void put_string(std::string_view s) {
     put<uint64_t>(s.size());
@@ -68,7 +68,7 @@ class RecordReader {
     STRATA_CHECK(n <= (bytes_.size() - pos_) / sizeof(T), "prepare: record '", path_,
                  "' is truncated; remove the folder's .prepare subfolder and run again");
     std::vector<T> v(n);
-    std::memcpy(v.data(), take(n * sizeof(T)), n * sizeof(T));
+    if (n > 0) std::memcpy(v.data(), take(n * sizeof(T)), n * sizeof(T));
     return v;
   }
   std::string get_string() {
