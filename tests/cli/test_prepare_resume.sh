@@ -50,6 +50,15 @@ PY
 args=(prepare --input "$work/part*.jsonl" --vocab 2000 --dedup minhash --range-bytes 512K
   --max-shard-tokens 400000)
 mpi=(mpirun --allow-run-as-root --oversubscribe)
+# SIGKILL to every process whose command line mentions $1 (/proc: no procps needed).
+kill_matching() {
+  local p
+  for p in /proc/[0-9]*; do
+    if tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -qF -- "$1"; then
+      kill -KILL "${p#/proc/}" 2>/dev/null
+    fi
+  done
+}
 digest() {  # every output file but the report (it holds times) and a half-removed work folder
   (cd "$1" && ls -A | grep -v -e '^prepare_report.json$' -e '^\.prepare\.removing\.' |
     xargs sha256sum | sha256sum)
@@ -95,7 +104,7 @@ for round in $(seq 1 16); do
   fi
   kill -KILL -- -"$pid" 2>/dev/null
   wait "$pid" 2>/dev/null
-  pkill -KILL -f "$out" 2>/dev/null  # any rank mpirun left behind
+  kill_matching "$out"  # any rank mpirun left behind
   grep -q "resuming from the records" "$work/kill$round.log" && reused=$((reused + 1))
   if [ -e "$out/manifest.json" ] && [ ! -e "$out/.prepare" ]; then
     echo "round $round: finished, killed while it removed its work folder"
