@@ -16,17 +16,22 @@ common=(--set model.n_layer=1 --set model.vocab_size=300
   --set train.batch_size=2 --set train.seq_len=32 --set model.max_seq_len=32
   --set data.source=shards --set data.dir="$work/data" --set sample.max_new_tokens=5)
 
-for prec in f32 bf16; do
-  if out=$("$strata" train "$src/configs/tiny.toml" "${common[@]}" --set train.steps=3 \
-      --set train.precision=$prec --set model.d_model=128 --set model.n_head=4 \
-      --set run.dir="$work/run_mfu_$prec" --set run.resume=none --set train.eval_every=0 2>&1) &&
+# One run per precision, and a second only if the first is out of range: a core taken from outside
+# during the peak's 0.1 s would fail a correct build; a wrong MFU fails both runs.
+mfu_ok() {  # mfu_ok PRECISION ATTEMPT
+  local prec=$1 dir="$work/run_mfu_$1_$2"
+  out=$("$strata" train "$src/configs/tiny.toml" "${common[@]}" --set train.steps=3 \
+    --set train.precision="$prec" --set model.d_model=128 --set model.n_head=4 \
+    --set run.dir="$dir" --set run.resume=none --set train.eval_every=0 2>&1) &&
     grep -q "GFLOP/s ($prec); CPU kernels" <<<"$out" &&
-    python3 - "$work/run_mfu_$prec/metrics.jsonl" <<'PY'
+    python3 - "$dir/metrics.jsonl" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 assert len(rows) == 3 and all(0 < r["mfu"] <= 1 for r in rows), [r["mfu"] for r in rows]
 PY
-  then
+}
+for prec in f32 bf16; do
+  if mfu_ok "$prec" 1 || { echo "retrying $prec once: $(tail -1 <<<"$out")"; mfu_ok "$prec" 2; }; then
     passed=$((passed + 1))
   else
     failed=$((failed + 1)); echo "FAILED: MFU in (0, 1] against the $prec peak"; echo "$out" | tail -3
