@@ -4,9 +4,9 @@
 On one generated JSON Lines (zstd) corpus and the same number of cores, this measures
 
   encode   tokens, tokens/s, text MB/s, wall and CPU seconds and peak RSS of
-           - strata: `strata prepare --tokenizer T` (OMP_NUM_THREADS = 1, 2), its own
-             encode_seconds (the second pass: read, parse, encode, write shards) and the whole
-             command (both passes);
+           - strata: `strata prepare --tokenizer T` (OMP_NUM_THREADS = 1, 2): the whole
+             command, and its report's encode_seconds (the encode pass: read, parse, encode,
+             write shards; summed over workers when the report counts "units");
            - HF tokenizers: `Tokenizer.from_file(T).encode_batch(...)` over the same documents
              (zstandard + orjson, batches of --batch-docs), RAYON_NUM_THREADS = 1, 2; encode
              seconds are the encode_batch calls alone, the wall includes reading;
@@ -34,7 +34,7 @@ markdown and written, with everything measured, to WORK/results_<gb>gb_<time>.{m
 invocation runs in its own WORK/runs_<time>_<pid> (the tools' logs stay there).
 
   bench/prepare_vs_peers.py --gb 0.1                      # quick
-  bench/prepare_vs_peers.py --gb 1 --strata build/strata  # the recorded run
+  bench/prepare_vs_peers.py --gb 1 --repeats 2 --strata build/strata  # the recorded run
   bench/prepare_vs_peers.py --gb 1 --modes strata,hf --threads 1
 
 Needs python3 (it creates or reuses the venv --venv with tokenizers, datatrove, orjson and
@@ -405,6 +405,14 @@ def read_report(out):
         return json.load(f)
 
 
+def strata_encode_report(rep):
+    """What an encode run's prepare_report.json says. Reports with "units" (prepare shared out
+    in files and ranges) sum encode_seconds over the units, worker-seconds: per_worker."""
+    return {"tokens": rep["train"]["tokens"], "documents": rep["kept"]["documents"],
+            "removed": rep["seen"]["documents"] - rep["kept"]["documents"],
+            "encode_s": rep["encode_seconds"], "per_worker": "units" in rep}
+
+
 def read_strata_tokens(out):
     """strata's train shards as one token list."""
     import numpy as np
@@ -443,24 +451,16 @@ class Bench:
     def encode(self, mode, threads, tokenizer):
         a, c = self.args, self.corpus
         name = f"encode_{mode}_{threads}"
-        if mode == "strata":
+        if mode in ("strata", "strata-mpi"):
             cmd = strata_cmd(a.strata, c["files"], "{OUT}", ["--tokenizer", tokenizer])
-            m, out = self.run(name, cmd, {"OMP_NUM_THREADS": str(threads)})
-            if m["ok"]:
-                rep = read_report(out)
-                m.update(tokens=rep["train"]["tokens"], documents=rep["kept"]["documents"],
-                         encode_s=rep["encode_seconds"],
-                         removed=rep["seen"]["documents"] - rep["kept"]["documents"])
-        elif mode == "strata-mpi":
-            cmd = ["mpirun", "-n", str(threads), "--allow-run-as-root", "--oversubscribe",
-                   "-x", "OMP_NUM_THREADS=1",
-                   *strata_cmd(a.strata, c["files"], "{OUT}", ["--tokenizer", tokenizer])]
-            m, out = self.run(name, cmd, {})
+            if mode == "strata":
+                m, out = self.run(name, cmd, {"OMP_NUM_THREADS": str(threads)})
+            else:
+                m, out = self.run(name, ["mpirun", "-n", str(threads), "--allow-run-as-root",
+                                         "--oversubscribe", "-x", "OMP_NUM_THREADS=1", *cmd], {})
             if m["ok"]:
                 try:
-                    rep = read_report(out)
-                    m.update(tokens=rep["train"]["tokens"], documents=rep["kept"]["documents"],
-                             encode_s=rep["encode_seconds"])
+                    m.update(strata_encode_report(read_report(out)))
                 except (OSError, KeyError, ValueError) as e:
                     m.update(ok=False, error=f"no usable prepare_report.json: {e}")
         elif mode == "hf":
@@ -591,6 +591,15 @@ def rate(run, key):
     return run["tokens"] / run[key] if run and run.get(key) else None
 
 
+def encode_rates(run):
+    """(tokens/s, tokens/s per core) of the encode phase: encode_s is that phase's wall time,
+    or (per_worker) the sum of each worker's, which gives the rate per core directly."""
+    r = rate(run, "encode_s")
+    if r is None:
+        return None, None
+    return (None, r) if run.get("per_worker") else (r, r / run["threads"])
+
+
 def fmt(x, spec=",.0f", suffix=""):
     return "—" if x is None else format(x, spec) + suffix
 
@@ -604,18 +613,24 @@ def ratios(enc, threads):
     vs = {}
     for t in threads:
         s, h, d = (best(enc, mode=m, threads=t) for m in ("strata", "hf", "datatrove"))
-        for label, x, y in (("strata ÷ HF encode_batch, tokens/s (encode)",
-                             rate(s, "encode_s"), rate(h, "encode_s")),
-                            ("strata ÷ HF, tokens/s (wall)", rate(s, "wall_s"), rate(h, "wall_s")),
-                            ("strata ÷ datatrove, tokens/s (wall)",
-                             rate(s, "wall_s"), rate(d, "wall_s"))):
+        h_enc = encode_rates(h)[1] if h else None
+        for label, x, y in (
+                ("strata ÷ HF encode_batch per core: strata's whole command (wall) against "
+                 "the encode_batch calls alone", rate(s, "wall_s") and rate(s, "wall_s") / t,
+                 h_enc),
+                ("strata ÷ HF encode_batch per core: the encode phases",
+                 encode_rates(s)[1] if s else None, h_enc),
+                ("strata ÷ HF, whole commands (wall)", rate(s, "wall_s"), rate(h, "wall_s")),
+                ("strata ÷ HF, tokens per CPU-second", rate(s, "cpu_s"), rate(h, "cpu_s")),
+                ("strata ÷ datatrove, whole commands (wall)", rate(s, "wall_s"),
+                 rate(d, "wall_s"))):
             if x and y:
                 vs.setdefault(label, {})[str(t)] = x / y
     scaling = {}
     if len(threads) >= 2:
         lo, hi = threads[0], threads[-1]
-        for mode, key in (("strata", "encode_s"), ("strata", "wall_s"), ("hf", "encode_s"),
-                          ("hf", "wall_s"), ("datatrove", "wall_s")):
+        for mode, key in (("strata", "wall_s"), ("hf", "encode_s"), ("hf", "wall_s"),
+                          ("datatrove", "wall_s")):
             x = rate(best(enc, mode=mode, threads=hi), key)
             y = rate(best(enc, mode=mode, threads=lo), key)
             if x and y:
@@ -628,26 +643,28 @@ def ratios(enc, threads):
 
 
 def encode_table(results):
-    lines = ["| tool | cores | tokens | wall s | encode s | tokens/s (encode) | per core | "
-             "tokens/s (wall) | text MB/s (wall) | CPU s | tokens/CPU-s | "
+    lines = ["| tool | cores | tokens | wall s | tokens/s (wall) | text MB/s (wall) | encode s | "
+             "tokens/s (encode) | per core (encode) | CPU s | tokens/CPU-s | "
              "peak RSS MiB (largest / sum) |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for mode in ENCODE_MODES:
         for t in results["threads"]:
             r = best(results["encode"], mode=mode, threads=t)
             if r:
-                enc = rate(r, "encode_s")
+                total, per_core = encode_rates(r)
+                dagger = "†" if r.get("per_worker") else ""
                 lines.append(
                     f"| {LABELS[mode]} | {t} | {r['tokens']:,} | {r['wall_s']:.1f} | "
-                    f"{fmt(r.get('encode_s'), '.1f')} | {fmt(enc)} | "
-                    f"{fmt(enc and enc / t)} | {rate(r, 'wall_s'):,.0f} | "
-                    f"{r['text_bytes'] / 1e6 / r['wall_s']:.1f} | {r['cpu_s']:.1f} | "
-                    f"{rate(r, 'cpu_s'):,.0f} | {r['rss_mib']:,.0f} / {r['rss_sum_mib']:,.0f} |")
-    lines += ["", "encode s: strata's second pass (read, parse, encode, write shards); HF's "
-              "encode_batch calls alone (reading excluded); datatrove has none (wall only). "
-              "Tokens include one <|endoftext|> per document. CPU s: user + system of every "
-              "process (tokens/CPU-s is the least disturbed by other load). Peak RSS: the "
-              "largest process (GNU time) / the process tree's sum (sampled every 0.2 s)."]
+                    f"{rate(r, 'wall_s'):,.0f} | {r['text_bytes'] / 1e6 / r['wall_s']:.1f} | "
+                    f"{fmt(r.get('encode_s'), '.1f', dagger)} | {fmt(total)} | "
+                    f"{fmt(per_core)} | {r['cpu_s']:.1f} | {rate(r, 'cpu_s'):,.0f} | "
+                    f"{r['rss_mib']:,.0f} / {r['rss_sum_mib']:,.0f} |")
+    lines += ["", "wall: the whole command. encode s: strata's encode_seconds (its encode pass: "
+              "read, parse, encode, write shards; † summed over its workers' units, "
+              "worker-seconds); HF's encode_batch calls alone (reading excluded); datatrove "
+              "has none. Tokens include one <|endoftext|> per document. CPU s: user + system "
+              "of every process (tokens/CPU-s is the least disturbed by other load). Peak RSS: "
+              "the largest process (GNU time) / the process tree's sum (sampled every 0.2 s)."]
     if results["ratios"]:
         cols = results["threads"]
         lines += ["", "| ratio | " + " | ".join(f"{t} core(s)" for t in cols) + " |",
@@ -763,7 +780,7 @@ def main():
     os.makedirs(args.work, exist_ok=True)
     corpus = ensure_corpus(args.work, args.gb, args.files)
     sample = ensure_sample(corpus, args.sample_mb)
-    tokenizer = os.path.join(corpus["folder"], f"tokenizer_{ENCODE_VOCAB}.json")
+    tokenizer = os.path.join(corpus["folder"], f"tokenizer_{ENCODE_VOCAB}_{args.sample_mb}mb.json")
     if not os.path.exists(tokenizer):
         print(f"training the {ENCODE_VOCAB}-token tokenizer on {sample['text_bytes'] / 1e6:.0f} MB "
               "with HF tokenizers ...", flush=True)
@@ -799,7 +816,8 @@ def main():
                     tr.append(bench.train(tool, threads, sample))
     for r in enc:
         if r.get("removed"):
-            notes.append(f"strata {r['threads']}: its filters removed {r['removed']} documents")
+            notes.append(f"{r['mode']} {r['threads']}: its filters removed {r['removed']} "
+                         "documents")
         if not r["ok"]:
             notes.append(f"{r['mode']} {r['threads']} failed: {r.get('error', r.get('rc'))}")
     for r in tr:
