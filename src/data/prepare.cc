@@ -33,11 +33,6 @@ nlohmann::json stats_json(const DocStats& s) {
   return {{"documents", s.documents}, {"bytes", s.bytes}};
 }
 
-void add(DocStats& s, int64_t bytes, int64_t documents) {
-  s.documents += documents;
-  s.bytes += bytes;
-}
-
 }  // namespace
 
 nlohmann::json PrepareReport::to_json() const {
@@ -166,18 +161,18 @@ double split_draw(std::string_view doc, uint64_t seed) {
 
 namespace {
 
-// Runs fn(u) for every unit in `todo`. With at least as many units as threads, each thread takes
+// Runs fn(u) for every unit in `pending`. With at least as many units as threads, each thread takes
 // whole units (reading and parsing scale too; the stages' own parallel loops then run on the
 // thread that calls them); with fewer, one unit at a time, each spread over every thread. The
 // first error in unit order is rethrown once all have stopped.
-void for_each_unit(const std::vector<int64_t>& todo, const std::function<void(int64_t)>& fn) {
-  const auto n = static_cast<int64_t>(todo.size());
+void for_each_unit(const std::vector<int64_t>& pending, const std::function<void(int64_t)>& fn) {
+  const auto n = static_cast<int64_t>(pending.size());
   const bool across = omp_get_max_threads() > 1 && n >= omp_get_max_threads();
-  std::vector<std::exception_ptr> errors(todo.size());
+  std::vector<std::exception_ptr> errors(pending.size());
 #pragma omp parallel for schedule(dynamic, 1) if (across)
   for (int64_t i = 0; i < n; ++i) {
     try {
-      fn(todo[static_cast<size_t>(i)]);
+      fn(pending[static_cast<size_t>(i)]);
     } catch (...) {
       errors[static_cast<size_t>(i)] = std::current_exception();
     }
@@ -306,10 +301,10 @@ PrepareReport prepare(const PrepareOptions& o) {
     // the units differ a lot, for the global sample's texts to come from them (prepare_plan.cc).
     int64_t total_bytes = 0;
     for (const CorpusFile& u : units) total_bytes += unit_bytes(u);
-    std::vector<int64_t> todo;
+    std::vector<int64_t> pending;
     for (int64_t u = 0; u < n_units; ++u)
-      if (is_mine(u) && !reuse(scans[u])) todo.push_back(u);
-    for_each_unit(todo, [&](int64_t u) {
+      if (is_mine(u) && !reuse(scans[u])) pending.push_back(u);
+    for_each_unit(pending, [&](int64_t u) {
       const CorpusFile& unit = units[static_cast<size_t>(u)];
       const double share = static_cast<double>(unit_bytes(unit)) /
                            static_cast<double>(std::max<int64_t>(1, total_bytes));
@@ -323,7 +318,7 @@ PrepareReport prepare(const PrepareOptions& o) {
       log::debug("prepare: scanned unit ", u + 1, "/", n_units, " (", unit.path, ") in ",
                  scan.seconds, " s");
     });
-    mine.units_scanned = static_cast<int64_t>(todo.size());
+    mine.units_scanned = static_cast<int64_t>(pending.size());
     if (o.stage == PrepareStage::scan) {
       mine.seconds = seconds_since(t0);
       return mine;
@@ -355,13 +350,13 @@ PrepareReport prepare(const PrepareOptions& o) {
 
   // ---- encode ----------------------------------------------------------------------------------
   if (all || o.stage == PrepareStage::encode) {
-    std::vector<int64_t> todo;
+    std::vector<int64_t> pending;
     for (int64_t u = 0; u < n_units; ++u)
-      if (is_mine(u) && !reuse(encodes[u])) todo.push_back(u);
+      if (is_mine(u) && !reuse(encodes[u])) pending.push_back(u);
     std::optional<Tokenizer> tok;
-    if (!todo.empty())
+    if (!pending.empty())
       tok = Tokenizer::load((fs::path(o.out_dir) / "tokenizer.json").string(), o.eot_token);
-    for_each_unit(todo, [&](int64_t u) {
+    for_each_unit(pending, [&](int64_t u) {
       const CorpusFile& unit = units[static_cast<size_t>(u)];
       const UnitTokens t = encode_unit(opt, *tok, unit, u, UnitScan::load(scans[u]), plan,
                                        work.tokens(u, "train"), work.tokens(u, "val"));
@@ -369,7 +364,7 @@ PrepareReport prepare(const PrepareOptions& o) {
       log::debug("prepare: encoded unit ", u + 1, "/", n_units, " (", unit.path, ") in ", t.seconds,
                  " s");
     });
-    mine.units_encoded = static_cast<int64_t>(todo.size());
+    mine.units_encoded = static_cast<int64_t>(pending.size());
     if (o.stage == PrepareStage::encode) {
       mine.seconds = seconds_since(t0);
       return mine;
@@ -388,8 +383,8 @@ PrepareReport prepare(const PrepareOptions& o) {
     const UnitTokens t = UnitTokens::load(encodes[u]);
     report.scan_seconds += UnitScan::load(scans[u]).seconds;
     report.encode_seconds += t.seconds;
-    add(report.train, t.train.bytes, t.train.documents);
-    add(report.val, t.val.bytes, t.val.documents);
+    report.train.add(t.train.bytes, t.train.documents);
+    report.val.add(t.val.bytes, t.val.documents);
     report.train_tokens += t.train_tokens;
     report.val_tokens += t.val_tokens;
     unit_tokens["train"].push_back(t.train_tokens);

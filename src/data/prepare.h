@@ -35,6 +35,10 @@ inline constexpr int64_t kMaxShardTokens = 100'000'000;
 struct DocStats {
   int64_t documents = 0;
   int64_t bytes = 0;
+  void add(int64_t doc_bytes, int64_t docs = 1) {
+    documents += docs;
+    bytes += doc_bytes;
+  }
 };
 
 struct PrepareOptions {

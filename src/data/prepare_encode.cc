@@ -18,11 +18,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-void add(DocStats& s, int64_t bytes) {
-  ++s.documents;
-  s.bytes += bytes;
-}
-
 // Reads int32 tokens from a unit's token file, from a given token on.
 class TokenFile {
  public:
@@ -99,7 +94,7 @@ UnitTokens encode_unit(const PrepareOptions& o, const Tokenizer& tok, const Corp
       const bool is_val =
           n == plan.forced_val ||
           (n != plan.forced_train && scan.draws[static_cast<size_t>(k)] < o.val_fraction);
-      add(is_val ? out.val : out.train, static_cast<int64_t>(text.size()));
+      (is_val ? out.val : out.train).add(static_cast<int64_t>(text.size()));
       views.push_back(text);
       to_val.push_back(is_val);
     }

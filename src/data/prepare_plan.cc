@@ -19,11 +19,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-void add(DocStats& s, int64_t bytes) {
-  ++s.documents;
-  s.bytes += bytes;
-}
-
 DocStats& removed_by(PrepareReport& r, Verdict v) {
   switch (v) {
     case Verdict::invalid_utf8:
@@ -130,9 +125,9 @@ Plan make_plan(const PrepareOptions& o, const std::vector<CorpusFile>& units,
     int64_t j = 0;  // the index among the unit's documents the filters kept
     for (size_t i = 0; i < s.verdicts.size(); ++i) {
       const int64_t bytes = s.bytes[i];
-      add(r.seen, bytes);
+      r.seen.add(bytes);
       if (s.verdicts[i] != Verdict::kept) {
-        add(removed_by(r, s.verdicts[i]), bytes);
+        removed_by(r, s.verdicts[i]).add(bytes);
         continue;
       }
       const auto k = static_cast<size_t>(j++);
@@ -146,10 +141,10 @@ Plan make_plan(const PrepareOptions& o, const std::vector<CorpusFile>& units,
       }
       if (v != Verdict::kept) {
         up.removed.push_back({static_cast<int64_t>(i), v});
-        add(removed_by(r, v), bytes);
+        removed_by(r, v).add(bytes);
         continue;
       }
-      add(r.kept, bytes);
+      r.kept.add(bytes);
       const Place place{plan.kept++, static_cast<int64_t>(u), static_cast<int64_t>(i), s.draws[k]};
       n_val += place.draw < o.val_fraction;
       if (place.draw < lowest.draw) lowest = place;
@@ -242,7 +237,7 @@ Plan make_plan(const PrepareOptions& o, const std::vector<CorpusFile>& units,
       for (auto& [entry, text] : chosen)
         if (entry.ordinal != plan.forced_val) docs.push_back(std::move(text));
     }
-    for (const std::string& d : docs) add(r.tokenizer_sample, static_cast<int64_t>(d.size()));
+    for (const std::string& d : docs) r.tokenizer_sample.add(static_cast<int64_t>(d.size()));
     tok = Tokenizer::train(docs, o.vocab_size);
     tok->save(tokenizer_file);
   } else {
