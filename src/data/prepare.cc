@@ -381,7 +381,7 @@ PrepareReport prepare(const PrepareOptions& o) {
   std::map<std::string, std::vector<std::string>> token_files;
   for (int64_t u = 0; u < n_units; ++u) {
     const UnitTokens t = UnitTokens::load(encodes[u]);
-    report.scan_seconds += UnitScan::load(scans[u]).seconds;
+    report.scan_seconds += t.scan_seconds;
     report.encode_seconds += t.seconds;
     report.train.add(t.train.bytes, t.train.documents);
     report.val.add(t.val.bytes, t.val.documents);

@@ -49,6 +49,7 @@ void UnitTokens::save(const std::string& path) const {
   w.put(train_tokens);
   w.put(val_tokens);
   w.put(seconds);
+  w.put(scan_seconds);
   write_file_atomic(path, w.bytes());
 }
 
@@ -60,6 +61,7 @@ UnitTokens UnitTokens::load(const std::string& path) {
   t.train_tokens = r.get<int64_t>();
   t.val_tokens = r.get<int64_t>();
   t.seconds = r.get<double>();
+  t.scan_seconds = r.get<double>();
   return t;
 }
 
@@ -113,6 +115,7 @@ UnitTokens encode_unit(const PrepareOptions& o, const Tokenizer& tok, const Corp
   train.commit();
   val.commit();
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  out.scan_seconds = scan.seconds;
   return out;
 }
 

@@ -147,6 +147,7 @@ struct UnitTokens {
   DocStats train, val;
   int64_t train_tokens = 0, val_tokens = 0;
   double seconds = 0;
+  double scan_seconds = 0;  // the unit's scan (carried here so the report need not reload it)
 
   void save(const std::string& path) const;
   static UnitTokens load(const std::string& path);
