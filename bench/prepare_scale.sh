@@ -7,6 +7,8 @@
 # speed; not a dedup test.
 #
 #   bench/prepare_scale.sh [STRATA] [SIZES_GB...]   (default: build/strata 0.1 1 10)
+# PREPARE_ARGS adds options to every prepare (for example PREPARE_ARGS="--dedup minhash": the
+# larger corpora are then almost all copies of the first 100 MB, which the sorts must hold).
 # Needs python3, zstd, /usr/bin/time; ~3 GB of disk under $TMPDIR for 10 GB of text.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -44,7 +46,7 @@ for gb in "${sizes[@]}"; do
     for _ in $(seq "$copies"); do cat "$work/block.jsonl.zst"; done > "$corpus"; fi
   out="$work/out_$gb"
   /usr/bin/time -f "%e %M" -o "$work/time_$gb" "$strata" prepare --input "$corpus" --out "$out" \
-    --vocab 8192 > "$work/log_$gb" 2>&1
+    --vocab 8192 ${PREPARE_ARGS:-} > "$work/log_$gb" 2>&1
   read -r wall rss_kb < "$work/time_$gb"
   python3 - "$out/prepare_report.json" "$gb" "$wall" "$rss_kb" <<'PY'
 import json, sys
@@ -52,7 +54,8 @@ r = json.load(open(sys.argv[1])); gb, wall, rss = sys.argv[2], float(sys.argv[3]
 tokens = r["train"]["tokens"] + r["val"]["tokens"]
 print(f"{gb:<8} {wall:10.1f} {rss/1024:10.0f} {tokens:12d} {r['seen']['bytes']/1e6/wall:10.1f} "
       f"{r['train']['shards'] + r['val']['shards']:10d}   (tokenizer sample {r['tokenizer_sample']['bytes']/2**20:.0f} MiB, "
-      f"trained {r['tokenizer_seconds']:.1f} s, encoded {r['encode_seconds']:.1f} s)")
+      f"trained {r['tokenizer_seconds']:.1f} s, encoded {r['encode_seconds']:.1f} s, "
+      f"duplicates {r['removed']['duplicate']['documents']} exact, {r['removed']['near_duplicate']['documents']} near)")
 PY
   rm -rf "$out" "$corpus"
 done

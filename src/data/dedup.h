@@ -4,9 +4,11 @@
 // feed, vertical tab) one space, none at either end, so copies that differ only in case or
 // spacing (re-wrapped lines, trailing newlines) count as the same. Documents are compared by a
 // 128-bit key (XXH3 and XXH64 of the normalised bytes, two independent 64-bit hashes): at 10^9
-// documents a false match has a probability around 10^-21. The set holds 16 bytes per distinct
-// document (about 32 with the hash table), so it grows with the corpus: ~160 MB for 5 million
-// documents.
+// documents a false match has a probability around 10^-21.
+//
+// ExactDedup below is the obvious form, a set of every key seen, which grows with the corpus (~32
+// bytes a distinct document): the reference that the prepare's bounded-memory deduplication
+// (corpus_dedup.h, sorted keys on disk) is tested against.
 #pragma once
 #include <cstddef>
 #include <cstdint>

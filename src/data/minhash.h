@@ -8,9 +8,9 @@
 //
 // In corpus order, a document whose band keys include one seen before (from any earlier document,
 // kept or not, so a chain of near copies goes with its first member) is removed; the first is
-// kept. The keys of every document are held in memory: bands x 8 bytes at a load of at most 1/2,
-// about 224 bytes per document at 14 bands (1.1 GB for 5 million documents); a corpus beyond that
-// needs the on-disk form datatrove uses (sorted band files), which strata does not have yet.
+// kept. The prepare finds them with sorted band files on disk, as datatrove does, in bounded
+// memory (corpus_dedup.h); NearDedup below, every key in one hash table (~224 bytes a document at
+// 14 bands), is the reference it is tested against.
 #pragma once
 #include <cstdint>
 #include <string_view>

@@ -288,10 +288,11 @@ PrepareReport prepare(const PrepareOptions& o) {
   };
   const bool all = o.stage == PrepareStage::all;
   auto is_mine = [&](int64_t i) { return i % o.workers == o.worker; };
-  std::vector<std::string> scans, samples, encodes;
+  std::vector<std::string> scans, encodes;  // the records of each unit's stages
+  std::vector<UnitFiles> unit_files;
   for (int64_t u = 0; u < n_units; ++u) {
-    scans.push_back(work.scan(u));
-    samples.push_back(work.sample(u));
+    unit_files.push_back({work.scan(u), work.sample(u), work.docs(u), work.removed(u)});
+    scans.push_back(unit_files.back().scan);
     encodes.push_back(work.encode(u));
   }
 
@@ -313,7 +314,7 @@ PrepareReport prepare(const PrepareOptions& o) {
           o.tokenizer_sample_bytes,
           floor +
               static_cast<int64_t>(2.0 * share * static_cast<double>(o.tokenizer_sample_bytes)));
-      const UnitScan scan = scan_unit(opt, unit, budget, samples[u]);
+      const UnitScan scan = scan_unit(opt, unit, budget, unit_files[static_cast<size_t>(u)]);
       scan.save(scans[u]);
       log::debug("prepare: scanned unit ", u + 1, "/", n_units, " (", unit.path, ") in ",
                  scan.seconds, " s");
@@ -332,7 +333,7 @@ PrepareReport prepare(const PrepareOptions& o) {
     PrepareWork::require(scans, "plan");
   if ((all && o.worker == 0) || o.stage == PrepareStage::plan) {
     if (!reuse(work.plan())) {
-      Plan plan = make_plan(opt, units, scans, samples);
+      Plan plan = make_plan(opt, units, unit_files, work.sort_dir());
       plan.report.files = mine.files;
       plan.report.units = n_units;
       plan.save(work.plan());
@@ -358,7 +359,7 @@ PrepareReport prepare(const PrepareOptions& o) {
       tok = Tokenizer::load((fs::path(o.out_dir) / "tokenizer.json").string(), o.eot_token);
     for_each_unit(pending, [&](int64_t u) {
       const CorpusFile& unit = units[static_cast<size_t>(u)];
-      const UnitTokens t = encode_unit(opt, *tok, unit, u, UnitScan::load(scans[u]), plan,
+      const UnitTokens t = encode_unit(opt, *tok, unit, u, unit_files[static_cast<size_t>(u)], plan,
                                        work.tokens(u, "train"), work.tokens(u, "val"));
       t.save(encodes[u]);
       log::debug("prepare: encoded unit ", u + 1, "/", n_units, " (", unit.path, ") in ", t.seconds,

@@ -61,6 +61,9 @@ struct PrepareOptions {
   // whole train split when it fits.
   int64_t tokenizer_sample_bytes = int64_t{512} << 20;
   int64_t batch_bytes = int64_t{32} << 20;  // documents read, filtered and encoded at once
+  // What the deduplication's sorts hold in memory at once (more spills to disk; the output is
+  // the same whatever it is).
+  int64_t dedup_memory_bytes = int64_t{256} << 20;
   int64_t max_shard_tokens = kMaxShardTokens;
   // Uncompressed JSON Lines files larger than this are read as ranges of about this size.
   int64_t range_bytes = int64_t{256} << 20;

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "data/doc_rows.h"
 #include "data/file_util.h"
 #include "data/prepare_record.h"
 #include "data/prepare_stages.h"
@@ -66,15 +67,22 @@ UnitTokens UnitTokens::load(const std::string& path) {
 }
 
 UnitTokens encode_unit(const PrepareOptions& o, const Tokenizer& tok, const CorpusFile& unit,
-                       int64_t unit_index, const UnitScan& scan, const Plan& plan,
+                       int64_t unit_index, const UnitFiles& files, const Plan& plan,
                        const std::string& train_tokens, const std::string& val_tokens) {
   const auto t0 = std::chrono::steady_clock::now();
   const UnitPlan& up = plan.units[static_cast<size_t>(unit_index)];
+  const UnitScan scan = UnitScan::load(files.scan);
   UnitTokens out;
   io::AtomicWriter train(train_tokens), val(val_tokens);
   BadRecords bad(1.0);  // the scan judged the records already
-  int64_t doc = 0, kept = 0, ordinal = up.first_ordinal;
-  size_t removed = 0;  // of up.removed, passed
+  DocRowReader rows(files.docs, o.dedup == DedupMode::minhash ? o.minhash.bands : 0);
+  StreamReader removed_file(files.removed);
+  Removed next_removed;  // the next duplicate (doc -1: none left)
+  auto advance_removed = [&] {
+    if (!removed_file.get(next_removed)) next_removed.doc = -1;
+  };
+  advance_removed();
+  int64_t doc = 0, ordinal = up.first_ordinal, removed = 0;
   std::vector<std::string_view> views;
   std::vector<bool> to_val;
   const int32_t eot = tok.eot_id();
@@ -83,19 +91,19 @@ UnitTokens encode_unit(const PrepareOptions& o, const Tokenizer& tok, const Corp
     to_val.clear();
     for (const DocBatch::Doc& d : batch.docs) {
       const int64_t i = doc++;
-      STRATA_CHECK(i < static_cast<int64_t>(scan.verdicts.size()), "prepare: '", unit.path,
+      DocRow row;
+      STRATA_CHECK(rows.next(row), "prepare: '", unit.path,
                    "' changed while it was prepared (it has more documents than its scan saw)");
-      if (scan.verdicts[static_cast<size_t>(i)] != Verdict::kept) continue;
-      const int64_t k = kept++;
-      if (removed < up.removed.size() && up.removed[removed].doc == i) {
+      if (row.verdict != Verdict::kept) continue;
+      if (next_removed.doc == i) {
         ++removed;
+        advance_removed();
         continue;
       }
       const std::string_view text = batch.view(d);
       const int64_t n = ordinal++;
       const bool is_val =
-          n == plan.forced_val ||
-          (n != plan.forced_train && scan.draws[static_cast<size_t>(k)] < o.val_fraction);
+          n == plan.forced_val || (n != plan.forced_train && row.draw < o.val_fraction);
       (is_val ? out.val : out.train).add(static_cast<int64_t>(text.size()));
       views.push_back(text);
       to_val.push_back(is_val);
@@ -109,9 +117,10 @@ UnitTokens encode_unit(const PrepareOptions& o, const Tokenizer& tok, const Corp
           static_cast<int64_t>(encoded[i].size()) + 1;
     }
   });
-  STRATA_CHECK(doc == static_cast<int64_t>(scan.verdicts.size()), "prepare: '", unit.path,
-               "' changed while it was prepared (", scan.verdicts.size(),
-               " documents when it was scanned, ", doc, " now)");
+  STRATA_CHECK(doc == scan.documents, "prepare: '", unit.path, "' changed while it was prepared (",
+               scan.documents, " documents when it was scanned, ", doc, " now)");
+  STRATA_CHECK(removed == up.removed && next_removed.doc < 0, "prepare: '", files.removed,
+               "' does not match the plan; remove the folder's .prepare subfolder and run again");
   train.commit();
   val.commit();
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -7,8 +7,9 @@
 #include <map>
 
 #include "core/log.h"
+#include "data/corpus_dedup.h"
+#include "data/doc_rows.h"
 #include "data/file_util.h"
-#include "data/minhash.h"
 #include "data/prepare_record.h"
 #include "data/prepare_stages.h"
 #include "data/tokenizer.h"
@@ -74,10 +75,7 @@ struct Place {
 void Plan::save(const std::string& path) const {
   RecordWriter w;
   w.put<uint64_t>(units.size());
-  for (const UnitPlan& u : units) {
-    w.put(u.first_ordinal);
-    w.put_vector(u.removed);
-  }
+  for (const UnitPlan& u : units) w.put(u);
   w.put(kept);
   w.put(forced_val);
   w.put(forced_train);
@@ -89,10 +87,7 @@ Plan Plan::load(const std::string& path) {
   RecordReader r(read_file(path), path);
   Plan p;
   p.units.resize(r.get<uint64_t>());
-  for (UnitPlan& u : p.units) {
-    u.first_ordinal = r.get<int64_t>();
-    u.removed = r.get_vector<UnitPlan::Removed>();
-  }
+  for (UnitPlan& u : p.units) u = r.get<UnitPlan>();
   p.kept = r.get<int64_t>();
   p.forced_val = r.get<int64_t>();
   p.forced_train = r.get<int64_t>();
@@ -100,66 +95,122 @@ Plan Plan::load(const std::string& path) {
   return p;
 }
 
+namespace {
+
+// The document indices of a unit's kept documents `kept` (ascending indices among them).
+std::vector<int64_t> documents_of_kept(const UnitFiles& files, int bands,
+                                       const std::vector<int64_t>& kept) {
+  std::vector<int64_t> out;
+  DocRowReader rows(files.docs, bands);
+  DocRow row;
+  int64_t i = 0, j = 0;
+  while (out.size() < kept.size() && rows.next(row)) {
+    if (row.verdict == Verdict::kept && j++ == kept[out.size()]) out.push_back(i);
+    ++i;
+  }
+  STRATA_CHECK(out.size() == kept.size(), "prepare: '", files.docs,
+               "' has fewer kept documents than the plan expects; remove the folder's .prepare "
+               "subfolder and run again");
+  return out;
+}
+
+// Every kept document's keys into the deduplication's sorts, numbered in corpus order.
+void add_keys(CorpusDedup& dups, const std::vector<UnitFiles>& files, int bands) {
+  std::vector<uint64_t> band_keys(static_cast<size_t>(bands));
+  int64_t doc = 0;
+  for (const UnitFiles& f : files) {
+    DocRowReader rows(f.docs, bands);
+    DocRow row;
+    while (rows.next(row, band_keys.data())) {
+      if (row.verdict != Verdict::kept) continue;
+      dups.add_exact(row.key, doc);
+      if (row.has_bands) dups.add_bands(band_keys.data(), band_keys.size(), doc);
+      ++doc;
+    }
+  }
+}
+
+void clear_folder(const std::string& dir) {
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  fs::create_directories(dir, ec);
+  STRATA_CHECK(!ec, "prepare: cannot create '", dir, "': ", ec.message());
+}
+
+}  // namespace
+
 Plan make_plan(const PrepareOptions& o, const std::vector<CorpusFile>& units,
-               const std::vector<std::string>& scans, const std::vector<std::string>& samples) {
+               const std::vector<UnitFiles>& files, const std::string& sort_dir) {
   Plan plan;
   PrepareReport& r = plan.report;
-  const bool dedup = o.dedup != DedupMode::none, minhash = o.dedup == DedupMode::minhash;
+  const bool dedup = o.dedup != DedupMode::none;
+  const int bands = o.dedup == DedupMode::minhash ? o.minhash.bands : 0;
   const bool train_tokenizer = o.tokenizer.empty();
-  const auto n_bands = static_cast<size_t>(o.minhash.bands);
-  ExactDedup exact;
-  NearDedup near;
+  std::optional<CorpusDedup> dups;
+  if (dedup) {
+    clear_folder(sort_dir);
+    dups.emplace(sort_dir, o.dedup_memory_bytes);
+    add_keys(*dups, files, bands);
+    dups->finish();
+  }
   BadRecords bad(o.corpus.max_bad_fraction);
   Sample sample(o.tokenizer_sample_bytes);
   std::vector<std::vector<SampleEntry>> candidates(units.size());  // each unit's own sample
-  int64_t n_val = 0;
-  Place lowest, highest;  // the kept documents with the extreme draws
+  int64_t n_val = 0, filtered = 0;  // filtered: documents the filters kept, corpus-wide
+  Place lowest, highest;            // the kept documents with the extreme draws
   lowest.draw = 2;
   highest.draw = -1;
-  std::vector<uint64_t> doc_bands;
   for (size_t u = 0; u < units.size(); ++u) {
-    const UnitScan s = UnitScan::load(scans[u]);
+    UnitScan s = UnitScan::load(files[u].scan);
     bad.merge(s.bad, s.records, s.bad_examples);
     UnitPlan& up = plan.units.emplace_back();
     up.first_ordinal = plan.kept;
-    int64_t j = 0;  // the index among the unit's documents the filters kept
-    for (size_t i = 0; i < s.verdicts.size(); ++i) {
-      const int64_t bytes = s.bytes[i];
+    StreamWriter removed(files[u].removed);
+    DocRowReader rows(files[u].docs, bands);
+    DocRow row;
+    int64_t i = -1, j = -1;  // the index among the unit's documents, and among those kept
+    while (rows.next(row)) {
+      ++i;
+      const int64_t bytes = row.bytes;
       r.seen.add(bytes);
-      if (s.verdicts[i] != Verdict::kept) {
-        removed_by(r, s.verdicts[i]).add(bytes);
+      if (row.verdict != Verdict::kept) {
+        removed_by(r, row.verdict).add(bytes);
         continue;
       }
-      const auto k = static_cast<size_t>(j++);
-      Verdict v = Verdict::kept;
-      if (dedup && exact.seen(s.keys[k])) v = Verdict::duplicate;
-      // Every document's bands are recorded, so a chain of near copies goes with its first.
-      if (minhash && s.has_bands[k]) {
-        doc_bands.assign(s.bands.begin() + static_cast<ptrdiff_t>(k * n_bands),
-                         s.bands.begin() + static_cast<ptrdiff_t>((k + 1) * n_bands));
-        if (near.seen(doc_bands) && v == Verdict::kept) v = Verdict::near_duplicate;
-      }
+      ++j;
+      const Verdict v = dups ? dups->verdict(filtered) : Verdict::kept;
+      ++filtered;
       if (v != Verdict::kept) {
-        up.removed.push_back({static_cast<int64_t>(i), v});
+        removed.put(Removed{i, v});
+        ++up.removed;
         removed_by(r, v).add(bytes);
         continue;
       }
       r.kept.add(bytes);
-      const Place place{plan.kept++, static_cast<int64_t>(u), static_cast<int64_t>(i), s.draws[k]};
+      const Place place{plan.kept++, static_cast<int64_t>(u), i, row.draw};
       n_val += place.draw < o.val_fraction;
       if (place.draw < lowest.draw) lowest = place;
       if (place.draw > highest.draw) highest = place;
       if (train_tokenizer && place.draw >= o.val_fraction) {
         SampleEntry e;
-        e.hash = s.hashes[k];
+        e.hash = row.hash;
         e.ordinal = place.ordinal;
         e.bytes = bytes;
         e.unit = static_cast<int64_t>(u);
-        e.index = static_cast<int64_t>(k);
+        e.index = j;
         sample.offer(e, {});
       }
     }
-    candidates[u] = s.sample;
+    STRATA_CHECK(i + 1 == s.documents && j + 1 == s.kept, "prepare: '", files[u].docs,
+                 "' does not match its scan record; remove the folder's .prepare subfolder and "
+                 "run again");
+    removed.commit();
+    candidates[u] = std::move(s.sample);
+  }
+  if (dups) {
+    dups.reset();  // removes its run files
+    std::error_code ec;
+    fs::remove_all(sort_dir, ec);
   }
   bad.check();
   r.bad_records = bad.count();
@@ -207,30 +258,25 @@ Plan make_plan(const PrepareOptions& o, const std::vector<CorpusFile>& units,
             missing.push_back(chosen[c].first.index);
             continue;
           }
-          if (!texts.is_open()) texts.open(samples[static_cast<size_t>(u)], std::ios::binary);
+          if (!texts.is_open()) texts.open(files[static_cast<size_t>(u)].sample, std::ios::binary);
           std::string& text = chosen[c].second;
           text.resize(static_cast<size_t>(it->bytes));
           texts.seekg(it->offset);
           texts.read(text.data(), it->bytes);
-          STRATA_CHECK(texts.good(), "prepare: '", samples[static_cast<size_t>(u)],
+          STRATA_CHECK(texts.good(), "prepare: '", files[static_cast<size_t>(u)].sample,
                        "' is shorter than its scan says; remove the folder's .prepare subfolder "
                        "and run again");
         }
         if (!missing.empty()) {
           ++r.tokenizer_sample_rereads;
-          // Kept indices to document indices: the scan's verdicts say which documents were kept.
-          const UnitScan s = UnitScan::load(scans[static_cast<size_t>(u)]);
-          std::vector<int64_t> docs_of_kept;
-          for (size_t i = 0; i < s.verdicts.size(); ++i)
-            if (s.verdicts[i] == Verdict::kept) docs_of_kept.push_back(static_cast<int64_t>(i));
-          std::vector<int64_t> wanted;
-          for (int64_t k : missing) wanted.push_back(docs_of_kept[static_cast<size_t>(k)]);
+          const std::vector<int64_t> docs_of_missing =
+              documents_of_kept(files[static_cast<size_t>(u)], bands, missing);
           std::map<int64_t, std::string> read =
-              read_documents(o, units[static_cast<size_t>(u)], wanted);
-          for (size_t c = a; c < b; ++c)
-            if (chosen[c].second.empty() && chosen[c].first.bytes > 0)
-              chosen[c].second =
-                  std::move(read[docs_of_kept[static_cast<size_t>(chosen[c].first.index)]]);
+              read_documents(o, units[static_cast<size_t>(u)], docs_of_missing);
+          size_t m = 0;  // chosen[a, b) and missing are both in kept-index order
+          for (size_t c = a; c < b && m < missing.size(); ++c)
+            if (chosen[c].first.index == missing[m])
+              chosen[c].second = std::move(read[docs_of_missing[m++]]);
         }
         a = b;
       }

@@ -15,7 +15,7 @@
 
 namespace strata::data {
 
-inline constexpr uint64_t kPrepareRecordMagic = 0x3130445250525453ull;  // "STRPRD01"
+inline constexpr uint64_t kPrepareRecordMagic = 0x3230445250525453ull;  // "STRPRD02"
 
 class RecordWriter {
  public:

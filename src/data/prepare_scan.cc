@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "data/doc_rows.h"
 #include "data/file_util.h"
 #include "data/minhash.h"
 #include "data/prepare_record.h"
@@ -64,13 +65,8 @@ double sample_hash(std::string_view doc, uint64_t seed) {
 
 void UnitScan::save(const std::string& path) const {
   RecordWriter w;
-  w.put_vector(verdicts);
-  w.put_vector(bytes);
-  w.put_vector(draws);
-  w.put_vector(hashes);
-  w.put_vector(keys);
-  w.put_vector(bands);
-  w.put_vector(has_bands);
+  w.put(documents);
+  w.put(kept);
   w.put_vector(sample);
   w.put(bad);
   w.put(records);
@@ -82,13 +78,8 @@ void UnitScan::save(const std::string& path) const {
 UnitScan UnitScan::load(const std::string& path) {
   RecordReader r(read_file(path), path);
   UnitScan s;
-  s.verdicts = r.get_vector<Verdict>();
-  s.bytes = r.get_vector<int64_t>();
-  s.draws = r.get_vector<double>();
-  s.hashes = r.get_vector<double>();
-  s.keys = r.get_vector<DocKey>();
-  s.bands = r.get_vector<uint64_t>();
-  s.has_bands = r.get_vector<uint8_t>();
+  s.documents = r.get<int64_t>();
+  s.kept = r.get<int64_t>();
   s.sample = r.get_vector<SampleEntry>();
   s.bad = r.get<int64_t>();
   s.records = r.get<int64_t>();
@@ -98,15 +89,16 @@ UnitScan UnitScan::load(const std::string& path) {
 }
 
 UnitScan scan_unit(const PrepareOptions& o, const CorpusFile& unit, int64_t sample_budget,
-                   const std::string& sample_path) {
+                   const UnitFiles& files) {
   const auto t0 = std::chrono::steady_clock::now();
   UnitScan scan;
   const bool dedup = o.dedup != DedupMode::none, minhash = o.dedup == DedupMode::minhash;
   const MinHasher hasher(o.minhash);
-  const auto n_bands = static_cast<size_t>(o.minhash.bands);
+  const int n_bands = minhash ? o.minhash.bands : 0;
   Sample sample(sample_budget);
   const bool sampling = o.tokenizer.empty();
   BadRecords bad(o.corpus.max_bad_fraction);
+  DocRowWriter rows(files.docs, n_bands);
   std::vector<Verdict> verdicts;
   std::vector<DocKey> keys;
   std::vector<std::vector<uint64_t>> bands;
@@ -126,36 +118,40 @@ UnitScan scan_unit(const PrepareOptions& o, const CorpusFile& unit, int64_t samp
     }
     for (size_t k = 0; k < batch.docs.size(); ++k) {
       const DocBatch::Doc& d = batch.docs[k];
-      scan.verdicts.push_back(verdicts[k]);
-      scan.bytes.push_back(batch.bytes(d));
-      if (verdicts[k] != Verdict::kept) continue;
-      const std::string_view text = batch.view(d);
-      const double draw = split_draw(text, o.seed);
-      const int64_t ordinal = scan.kept();
-      scan.draws.push_back(draw);
-      if (dedup) scan.keys.push_back(keys[k]);
-      if (minhash) {
-        scan.has_bands.push_back(!bands[k].empty());
-        bands[k].resize(n_bands, 0);
-        scan.bands.insert(scan.bands.end(), bands[k].begin(), bands[k].end());
+      DocRow row;
+      row.bytes = batch.bytes(d);
+      row.verdict = verdicts[k];
+      ++scan.documents;
+      if (row.verdict != Verdict::kept) {
+        rows.add(row, nullptr);
+        continue;
       }
-      if (!sampling) continue;
-      const double hash = sample_hash(text, o.seed);
-      scan.hashes.push_back(hash);
-      if (draw >= o.val_fraction) {
+      const std::string_view text = batch.view(d);
+      const int64_t ordinal = scan.kept++;
+      row.draw = split_draw(text, o.seed);
+      if (dedup) row.key = keys[k];
+      const uint64_t* band_keys = nullptr;
+      if (minhash && !bands[k].empty()) {
+        row.has_bands = 1;
+        band_keys = bands[k].data();
+      }
+      if (sampling) row.hash = sample_hash(text, o.seed);
+      rows.add(row, band_keys);
+      if (sampling && row.draw >= o.val_fraction) {
         SampleEntry entry;
-        entry.hash = hash;
+        entry.hash = row.hash;
         entry.ordinal = ordinal;
         entry.bytes = static_cast<int64_t>(d.size);
         sample.offer(entry, text);
       }
     }
   });
+  rows.commit();
   scan.bad = bad.count();
   scan.records = bad.records();
   scan.bad_examples = bad.examples();
   // The sample's texts, one after another in ordinal order; the entries say where.
-  io::AtomicWriter texts(sample_path);
+  io::AtomicWriter texts(files.sample);
   for (auto& [entry, text] : sample.take()) {
     entry.offset = static_cast<int64_t>(texts.bytes_written());
     texts.write(text);

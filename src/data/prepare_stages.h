@@ -88,15 +88,17 @@ class Sample {
 // A document's sample hash: independent of its split draw.
 double sample_hash(std::string_view doc, uint64_t seed);
 
+// Where the stages keep one unit's files (prepare_work.h names them).
+struct UnitFiles {
+  std::string scan;     // the scan's record (UnitScan)
+  std::string sample;   // the texts of the unit's own tokenizer sample
+  std::string docs;     // every document's row (doc_rows.h)
+  std::string removed;  // the plan's: the kept documents found to be duplicates (UnitPlan)
+};
+
 struct UnitScan {
-  std::vector<Verdict> verdicts;  // every document's, by the filters
-  std::vector<int64_t> bytes;     // every document's size
-  // The documents the filters kept, in order:
-  std::vector<double> draws;       // split_draw
-  std::vector<double> hashes;      // sample_hash (when a tokenizer is trained)
-  std::vector<DocKey> keys;        // --dedup exact or minhash
-  std::vector<uint64_t> bands;     // --dedup minhash: `bands` per document (0s: no words)
-  std::vector<uint8_t> has_bands;  // --dedup minhash: 0 for a document without words
+  int64_t documents = 0;  // rows in the unit's docs file
+  int64_t kept = 0;       // of them, documents the filters kept
   // The unit's own sample, by a budget of its share of the whole (prepare.cc): the candidates the
   // plan takes the texts of the global sample from (when a unit lacks one, it reads the unit
   // again). In ordinal order; their texts in the .sample file.
@@ -105,25 +107,26 @@ struct UnitScan {
   std::vector<std::string> bad_examples;
   double seconds = 0;
 
-  int64_t kept() const { return static_cast<int64_t>(draws.size()); }
   void save(const std::string& path) const;
   static UnitScan load(const std::string& path);
 };
 
-// Scans `unit`; writes its sample's texts, at most sample_budget bytes, to `sample_path`
-// (atomically, before returning).
+// Scans `unit`: every document's row to files.docs, its sample's texts (at most sample_budget
+// bytes) to files.sample, each whole before returning; the record is the caller's to save.
 UnitScan scan_unit(const PrepareOptions& o, const CorpusFile& unit, int64_t sample_budget,
-                   const std::string& sample_path);
+                   const UnitFiles& files);
 
-// Where a document is after the plan.
+// Where a unit's documents are after the plan. The duplicates it found among the documents the
+// filters kept are in the unit's `removed` file, (document index, verdict) in document order,
+// read as the unit is encoded (RemovedReader).
 struct UnitPlan {
   int64_t first_ordinal = 0;  // corpus-wide ordinal of the unit's first finally kept document
-  // Documents the filters kept that turned out to be duplicates, in order.
-  struct Removed {
-    int64_t doc = 0;  // index among the unit's documents
-    Verdict verdict = Verdict::duplicate;
-  };
-  std::vector<Removed> removed;
+  int64_t removed = 0;        // entries in the removed file
+};
+struct Removed {
+  int64_t doc = 0;  // index among the unit's documents
+  Verdict verdict = Verdict::duplicate;
+  uint8_t padding[7] = {};
 };
 
 struct Plan {
@@ -139,9 +142,10 @@ struct Plan {
 };
 
 // Reads every unit's scan in order, decides the plan and trains (or loads) the tokenizer, saved
-// to out_dir/tokenizer.json.
+// to out_dir/tokenizer.json; writes each unit's removed file. The deduplication sorts its keys
+// in `sort_dir` (emptied before and after).
 Plan make_plan(const PrepareOptions& o, const std::vector<CorpusFile>& units,
-               const std::vector<std::string>& scans, const std::vector<std::string>& samples);
+               const std::vector<UnitFiles>& files, const std::string& sort_dir);
 
 struct UnitTokens {
   DocStats train, val;
@@ -155,7 +159,7 @@ struct UnitTokens {
 
 // Encodes one unit's kept documents; writes its tokens (int32) to the two files.
 UnitTokens encode_unit(const PrepareOptions& o, const Tokenizer& tok, const CorpusFile& unit,
-                       int64_t unit_index, const UnitScan& scan, const Plan& plan,
+                       int64_t unit_index, const UnitFiles& files, const Plan& plan,
                        const std::string& train_tokens, const std::string& val_tokens);
 
 // Writes shard `index` of `split` (tokens [index x max_shard_tokens, ...) of the units' token

@@ -88,7 +88,7 @@ PrepareWork::PrepareWork(const std::string& out_dir, const std::string& job, int
     }
     std::this_thread::sleep_for(kPoll);
   }
-  for (const char* sub : {"scan", "encode", "shards"}) {
+  for (const char* sub : {"scan", "plan", "encode", "shards"}) {
     fs::create_directories(fs::path(dir_) / sub, ec);
     STRATA_CHECK(!ec, "prepare: cannot create '", dir_, "/", sub, "': ", ec.message());
   }
@@ -101,8 +101,17 @@ std::string PrepareWork::scan(int64_t unit) const {
 std::string PrepareWork::sample(int64_t unit) const {
   return cat(dir_, "/scan/", unit_name(unit), ".sample");
 }
+std::string PrepareWork::docs(int64_t unit) const {
+  return cat(dir_, "/scan/", unit_name(unit), ".docs");
+}
 std::string PrepareWork::plan() const {
   return cat(dir_, "/plan.rec");
+}
+std::string PrepareWork::removed(int64_t unit) const {
+  return cat(dir_, "/plan/", unit_name(unit), ".removed");
+}
+std::string PrepareWork::sort_dir() const {
+  return cat(dir_, "/plan/sort");
 }
 std::string PrepareWork::encode(int64_t unit) const {
   return cat(dir_, "/encode/", unit_name(unit), ".rec");

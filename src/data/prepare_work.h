@@ -5,8 +5,11 @@
 //
 //   job.json             what is being prepared (inputs, their sizes and times, every option that
 //                        changes the output): a folder left by another job is cleared, not reused
-//   scan/UNIT.rec        the scan of one unit (prepare_stages.h), and UNIT.sample its sample texts
-//   plan.rec             the plan: duplicates, the split, the tokenizer (tokenizer.json beside)
+//   scan/UNIT.rec        the scan of one unit (prepare_stages.h); UNIT.docs its documents' rows
+//                        (doc_rows.h), UNIT.sample its sample texts
+//   plan.rec             the plan: duplicates, the split, the tokenizer (tokenizer.json beside);
+//                        plan/UNIT.removed the duplicates in each unit; plan/sort the
+//                        deduplication's sort runs while it runs
 //   encode/UNIT.rec      one unit's token counts; UNIT.train and UNIT.val its tokens
 //   shards/SPLIT_K.rec   one assembled shard's manifest entry
 //   shards/worker_W.done worker W is done with the folder
@@ -28,7 +31,10 @@ class PrepareWork {
 
   std::string scan(int64_t unit) const;
   std::string sample(int64_t unit) const;
+  std::string docs(int64_t unit) const;
   std::string plan() const;
+  std::string removed(int64_t unit) const;
+  std::string sort_dir() const;
   std::string encode(int64_t unit) const;
   std::string tokens(int64_t unit, const std::string& split) const;
   std::string shard(const std::string& split, int64_t index) const;

@@ -161,6 +161,12 @@ TEST(PrepareWorkers, TheOutputIsTheSameWhateverTheWorkers) {
   EXPECT_EQ(reports[0].train_tokens, one.train_tokens);
   EXPECT_TRUE(c.output("three") == expected);
 
+  // The deduplication's sorts spilled to many runs on disk: the same output.
+  PrepareOptions spilled = c.at("spilled");
+  spilled.dedup_memory_bytes = 512;
+  prepare(spilled);
+  EXPECT_TRUE(c.output("spilled") == expected);
+
   // Stage by stage, as a SLURM array job runs it: scan and encode by two tasks, the rest by one.
   auto stage = [&](PrepareStage s, int workers, int worker) {
     PrepareOptions o = c.at("staged");
