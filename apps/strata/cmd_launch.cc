@@ -68,6 +68,40 @@ std::function<std::optional<launch::ElasticPlan>(int)> elastic_planner(const Run
   };
 }
 
+// `strata launch -n N --emit slurm [SLURM options] -- prepare PREPARE-ARGS`: the same jobs as
+// `strata prepare PREPARE-ARGS --emit slurm --workers N`, with the launch's SLURM options.
+int emit_prepare_job(const EmitArgs& emit, int ranks, const std::vector<std::string>& command) {
+  STRATA_CHECK(emit.emit == EmitKind::slurm,
+               "strata launch -- prepare: a prepare is launched as SLURM jobs (--emit slurm); to "
+               "run it here on N processes, run `mpirun -n N strata prepare ...`");
+  std::vector<std::string> argv = {"strata"};
+  argv.insert(argv.end(), command.begin(), command.end());
+  argv.insert(argv.end(), {"--emit", "slurm", "--workers", std::to_string(ranks)});
+  for (const auto& [flag, value] : {std::pair<std::string, std::string>{"--job-file", emit.out},
+                                    {"--job-name", emit.name},
+                                    {"--time", emit.time},
+                                    {"--partition", emit.partition},
+                                    {"--mem", emit.memory},
+                                    {"--workdir", emit.workdir}})
+    if (!value.empty()) argv.insert(argv.end(), {flag, value});
+  if (emit.cpus_per_task > 0)
+    argv.insert(argv.end(), {"--cpus-per-task", std::to_string(emit.cpus_per_task)});
+  STRATA_CHECK(emit.nodes == 0 && emit.gpus_per_node == 0,
+               "strata launch -- prepare: --nodes and --gpus-per-node are for training jobs; a "
+               "prepare's array tasks are placed by SLURM (-n sets their number)");
+  CLI::App app("strata");
+  app.require_subcommand(1);
+  const Command prepare = add_prepare_command(app);
+  std::vector<const char*> args;
+  for (const std::string& a : argv) args.push_back(a.c_str());
+  try {
+    app.parse(static_cast<int>(args.size()), args.data());
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  return prepare.run();
+}
+
 }  // namespace
 
 Command add_launch_command(CLI::App& parent) {
@@ -83,7 +117,8 @@ Command add_launch_command(CLI::App& parent) {
       "launch",
       "run N ranks of `strata train CONFIG` under mpirun (or srun inside a SLURM allocation), "
       "restart failed jobs and kill hung ones. Usage: strata launch -n N [options] -- CONFIG "
-      "[--set key=value ...]");
+      "[--set key=value ...]; or strata launch -n N --emit slurm -- prepare ARGS (a prepare as "
+      "SLURM array jobs of N workers)");
   launch::LaunchOptions& o = args->options;
   app->add_option("-n,--ranks", o.ranks, "number of ranks")->required()->check(CLI::PositiveNumber);
   app->add_option("--hostfile", o.hostfile, "Open MPI hostfile (mpirun only)")
@@ -128,6 +163,8 @@ Command add_launch_command(CLI::App& parent) {
             for (const std::string& s : args->sets) command.insert(command.end(), {"--set", s});
             if (!args->deepspeed.empty())
               command.insert(command.end(), {"--deepspeed", args->deepspeed});
+            if (!command.empty() && command.front() == "prepare" && options.program.empty())
+              return emit_prepare_job(args->emit, options.ranks, command);
             STRATA_CHECK(options.program.empty() || args->emit.emit == EmitKind::none,
                          "strata launch: --emit writes a training job; it does not take --program");
             if (!options.program.empty()) {

@@ -5,7 +5,7 @@
 #   test_slurm.sh STRATA MPI_HELLO FAKE_RANK SOURCE_DIR launch   # (a) salloc, (b) sbatch --wait
 #   test_slurm.sh STRATA MPI_HELLO FAKE_RANK SOURCE_DIR train    # (c) a 2-rank training job
 #   test_slurm.sh STRATA MPI_HELLO FAKE_RANK SOURCE_DIR emit     # (d) strata launch --emit slurm
-#   test_slurm.sh STRATA MPI_HELLO FAKE_RANK SOURCE_DIR prepare  # (e) strata prepare --emit slurm
+#   test_slurm.sh STRATA MPI_HELLO FAKE_RANK SOURCE_DIR prepare  # (e) strata launch -- prepare
 #
 # (a) inside salloc, `strata launch` takes the srun --mpi=pmix path: an MPI job of 2 ranks with
 #     distinct SLURM_PROCID and PMIx ranks and MPI_COMM_WORLD of size 2; a failing rank is named
@@ -15,7 +15,8 @@
 #     3 lines of metrics.
 # (d) the sbatch script `strata launch --emit slurm` writes for a 2-rank job (tp 2, so both ranks
 #     share the node) runs through `sbatch --wait` and trains 3 steps.
-# (e) the jobs `strata prepare --emit slurm --workers 2` submits (scan and encode as array jobs)
+# (e) the jobs `strata launch -n 2 --emit slurm -- prepare` (= `strata prepare --emit slurm
+# --workers 2`) submits (scan and encode as array jobs)
 #     write the same files as a prepare in one process.
 # Exit status: 0 passed, 1 failed, 77 skipped (SLURM cannot start on this machine; the reason is
 # printed; under CI that is a failure, 1).
@@ -202,9 +203,16 @@ PY
   opts=(--input "$tmp/e/part*.jsonl" --vocab 600 --dedup exact --range-bytes 100K
     --max-shard-tokens 40000)
   run prepare_ref 120 "$strata" prepare "${opts[@]}" --out "$tmp/e/ref"
+  # Written by `strata launch` (the form the issue names), and by `strata prepare` itself.
+  run prepare_launch_emit 60 "$strata" launch -n 2 --emit slurm --job-name "$job_name" \
+    --workdir "$tmp/e" --time 00:15:00 --out "$tmp/e/submit.sh" -- prepare "${opts[@]}" \
+    --out "$tmp/e/out" --strata "$strata"
   run prepare_emit 60 "$strata" prepare "${opts[@]}" --out "$tmp/e/out" --workers 2 --emit slurm \
     --job-name "$job_name" --workdir "$tmp/e" --time 00:15:00 --strata "$strata" \
-    --job-file "$tmp/e/submit.sh"
+    --job-file "$tmp/e/submit_prepare.sh"
+  cmp -s "$tmp/e/submit.sh" "$tmp/e/submit_prepare.sh" &&
+    pass "prepare emit: strata launch -n 2 --emit slurm -- prepare writes the same script" ||
+    fail "prepare emit: strata launch and strata prepare wrote different scripts"
   sed 's/^/    submit.sh: /' "$tmp/e/submit.sh"
   grep -q -- "--array=0-1" "$tmp/e/submit.sh" && pass "prepare emit: array jobs of 2 tasks" ||
     fail "prepare emit: no --array=0-1 in the script"
