@@ -14,6 +14,7 @@
 #include "core/log.h"
 #include "data/file_util.h"
 #include "data/manifest.h"
+#include "data/prepare_record.h"
 #include "data/prepare_stages.h"
 #include "data/prepare_work.h"
 #include "data/shard.h"
@@ -204,7 +205,9 @@ int64_t unit_bytes(const CorpusFile& unit) {
 }
 
 // What is prepared: every unit (with its file's size and time, so a changed input is a new job)
-// and every option that changes the output. Not the batch size, the workers or the stage.
+// and every option that changes the output, and the records' format (a folder an older build
+// left is another job's, cleared rather than misread). Not the batch size, the workers or the
+// stage.
 std::string job_description(const PrepareOptions& o, const std::vector<CorpusFile>& units) {
   nlohmann::json inputs = nlohmann::json::array();
   for (const CorpusFile& u : units) {
@@ -225,6 +228,7 @@ std::string job_description(const PrepareOptions& o, const std::vector<CorpusFil
   }
   const FilterConfig& f = o.filters;
   return nlohmann::json{
+             {"records", kPrepareRecordMagic},
              {"inputs", inputs},
              {"field", o.corpus.field},
              {"separator", o.corpus.document_separator},
