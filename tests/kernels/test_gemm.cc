@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <limits>
+#include <thread>
 #include <vector>
 
 #include "core/error.h"
@@ -141,6 +142,38 @@ TEST_P(GemmTest, ResultDoesNotDependOnThreadCount) {
     }
   }
   omp_set_num_threads(saved);
+}
+
+// One shape from several threads at once (experts side by side, ranks as threads in a test): the
+// matmul path shares one cached primitive between them, which must not share its scratchpad.
+TEST(Gemm, OneShapeFromManyThreadsAtOnce) {
+  const int64_t m = 24, n = 16, k = 96;  // x w^T with k >= 2n: oneDNN's matmul primitive
+  constexpr int kThreads = 4, kRounds = 60;
+  std::vector<Vec> a, b, want;
+  for (int t = 0; t < kThreads; ++t) {
+    a.push_back(random_vec(m * k, 100 + t));
+    b.push_back(random_vec(n * k, 200 + t));
+    Vec c(m * n);
+    detail::gemm_dnnl_matmul(false, true, m, n, k, 1.0f, a[t].data(), k, b[t].data(), k, 0.0f,
+                             c.data(), n);
+    want.push_back(c);
+  }
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(1);
+  std::vector<int> wrong(kThreads, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      Vec c(m * n);
+      for (int r = 0; r < kRounds; ++r) {
+        detail::gemm_dnnl_matmul(false, true, m, n, k, 1.0f, a[t].data(), k, b[t].data(), k, 0.0f,
+                                 c.data(), n);
+        wrong[t] += c != want[t];
+      }
+    });
+  for (std::thread& t : threads) t.join();
+  omp_set_num_threads(saved);
+  for (int t = 0; t < kThreads; ++t) EXPECT_EQ(wrong[t], 0) << "thread " << t;
 }
 
 TEST(Gemm, LargerShapeAgainstReference) {

@@ -83,19 +83,30 @@ class MatmulCache {
     dnnl::matmul::primitive_desc pd;
     dnnl::matmul prim;
     {
-      // Only the lookup is serialised; primitives are shared handles and may execute
-      // concurrently (oneDNN is built with DNNL_ENABLE_CONCURRENT_EXEC).
+      // Only the lookup is serialised; primitives are shared handles, executed concurrently
+      // with a scratchpad per thread (below).
       std::lock_guard<std::mutex> lock(mutex_);
       const Entry& e = lookup(key);
       pd = e.pd;
       prim = e.prim;
     }
     thread_local dnnl::stream stream(engine_);
+    // The primitive's scratchpad is the calling thread's: with oneDNN's default (a scratchpad
+    // owned by the primitive) two threads running one cached primitive at once wrote over each
+    // other's partial results (Debian's oneDNN 2.6 is not built with DNNL_ENABLE_CONCURRENT_EXEC;
+    // tests/kernels/test_gemm.cc, Gemm.OneShapeFromManyThreadsAtOnce).
+    thread_local std::vector<uint8_t> scratch;
+    const dnnl::memory::desc sd = pd.scratchpad_desc();
+    if (scratch.size() < sd.get_size()) scratch.resize(sd.get_size());
     // Plain-layout memories wrapping the caller's pointers: no copies, no reorders.
     dnnl::memory ma(pd.src_desc(), engine_, const_cast<void*>(a));
     dnnl::memory mb(pd.weights_desc(), engine_, const_cast<void*>(b));
     dnnl::memory mc(pd.dst_desc(), engine_, c);
-    prim.execute(stream, {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}});
+    dnnl::memory ms(sd, engine_, scratch.data());
+    prim.execute(stream, {{DNNL_ARG_SRC, ma},
+                          {DNNL_ARG_WEIGHTS, mb},
+                          {DNNL_ARG_DST, mc},
+                          {DNNL_ARG_SCRATCHPAD, ms}});
     stream.wait();
   }
 
@@ -125,6 +136,7 @@ class MatmulCache {
     dnnl::memory::desc bd(dims{key.k, key.n}, in, key.tb ? dims{1, key.ldb} : dims{key.ldb, 1});
     dnnl::memory::desc cd(dims{key.m, key.n}, dt::f32, dims{key.ldc, 1});
     dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     if (key.alpha != 1.0f) attr.set_output_scales(0, {key.alpha});
     if (key.beta != 0.0f) {
       dnnl::post_ops po;
