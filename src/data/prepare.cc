@@ -2,6 +2,10 @@
 
 #include <omp.h>
 
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -25,6 +29,15 @@ namespace strata::data {
 namespace fs = std::filesystem;
 
 namespace {
+
+// Hands the heap's free memory back to the system between stages: the scan's tokenizer sample is
+// hundreds of MB of small strings, which glibc keeps after they are freed, and the plan's sort
+// buffers (large, so mapped afresh) would otherwise add to them in the peak.
+void release_free_memory() {
+#ifdef __GLIBC__
+  ::malloc_trim(0);
+#endif
+}
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -324,6 +337,7 @@ PrepareReport prepare(const PrepareOptions& o) {
                  scan.seconds, " s");
     });
     mine.units_scanned = static_cast<int64_t>(pending.size());
+    release_free_memory();
     if (o.stage == PrepareStage::scan) {
       mine.seconds = seconds_since(t0);
       return mine;
@@ -341,6 +355,7 @@ PrepareReport prepare(const PrepareOptions& o) {
       plan.report.files = mine.files;
       plan.report.units = n_units;
       plan.save(work.plan());
+      release_free_memory();
     }
     if (o.stage == PrepareStage::plan) {
       mine.seconds = seconds_since(t0);
