@@ -689,15 +689,26 @@ TEST(MoeFiniteDiff, WholeFfn) {
 
 // ---- The kernels at 1, 2 and 3 threads ----------------------------------------------------------
 
-// Every output and gradient of the kernels on one MoE FFN pass (no SwiGLU: not an MoE kernel).
-std::vector<Vec> kernel_pass(int64_t e, int64_t capacity) {
-  const int64_t n = 300, k = 2, c = 24, hidden = 10;  // n: two blocks of the loss sums
-  const Vec x = random_vec(n * c, 1), router = random_vec(e * c, 2), bias = random_vec(e, 3),
-            w1 = random_vec(e * hidden * c, 4), w2 = random_vec(e * c * hidden, 5),
-            dy = random_vec(n * c, 6);
-  Vec logits(n * e), weight(n * k), probs(n * e);
-  IVec idx(n * k);
+// The router's logits, from the dense linear layer: computed once, at one thread, since a threaded
+// GEMM of this small shape is not bitwise the same at every thread count at the avx2 level (not an
+// MoE kernel; GemmTest covers the GEMM).
+Vec router_logits(int64_t n, int64_t e, int64_t c) {
+  const Vec x = random_vec(n * c, 1), router = random_vec(e * c, 2);
+  Vec logits(n * e);
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(1);
   linear_forward(logits.data(), x.data(), router.data(), nullptr, n, c, e);
+  omp_set_num_threads(saved);
+  return logits;
+}
+
+// Every output and gradient of the kernels on one MoE FFN pass (no SwiGLU: not an MoE kernel).
+std::vector<Vec> kernel_pass(int64_t e, int64_t capacity, const Vec& logits) {
+  const int64_t n = 300, k = 2, c = 24, hidden = 10;  // n: two blocks of the loss sums
+  const Vec x = random_vec(n * c, 1), bias = random_vec(e, 3), w1 = random_vec(e * hidden * c, 4),
+            w2 = random_vec(e * c * hidden, 5), dy = random_vec(n * c, 6);
+  Vec weight(n * k), probs(n * e);
+  IVec idx(n * k);
   moe_route_forward(kSigmoid, idx.data(), weight.data(), probs.data(), logits.data(), bias.data(),
                     n, e, k, true, 2.5f);
   const Plan plan = make_plan(idx, n, e, k, capacity, false);
@@ -733,11 +744,12 @@ TEST(MoeProperties, ResultsDoNotDependOnThreadCount) {
   // same GEMM shape). Capacity 80 drops rows at e = 6.
   for (int64_t e : {int64_t{6}, int64_t{40}}) {
     for (int64_t capacity : {int64_t{0}, int64_t{80}}) {
+      const Vec logits = router_logits(300, e, 24);
       omp_set_num_threads(1);
-      const std::vector<Vec> one = kernel_pass(e, capacity);
+      const std::vector<Vec> one = kernel_pass(e, capacity, logits);
       for (int threads : {2, 3}) {
         omp_set_num_threads(threads);
-        const std::vector<Vec> more = kernel_pass(e, capacity);
+        const std::vector<Vec> more = kernel_pass(e, capacity, logits);
         for (size_t i = 0; i < one.size(); ++i)
           EXPECT_EQ(more[i], one[i]) << "output " << i << ", e " << e << ", capacity " << capacity
                                      << ", " << threads << " threads";

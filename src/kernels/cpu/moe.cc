@@ -301,18 +301,23 @@ void moe_permute_backward(float* dx, const float* dxs, const int32_t* token_row,
 
 namespace {
 
-// Runs fn(x, first row, rows) for every expert with rows, one expert after the other: each
-// expert's product is one gemm call on all threads. Not experts side by side (one per thread,
-// gemm single-threaded inside the region): kernels::gemm is not safe to call from several threads
-// at once. Its oneDNN matmul-primitive path (x w^T with in >= 2 out) caches one primitive per
-// shape, and Debian's oneDNN 2.6 running one primitive on two threads at once returned wrong
-// values (errors the size of the results, for experts with equal row counts). Whether side by
-// side is faster is still to be measured on a quiet machine: on a 2-core one shared with another
-// process it beat threaded GEMMs 2-8x, but so did OMP_NUM_THREADS=1 (the second core was taken).
+// The experts' products as work items (expert, block of kBlock columns of the output), fixed by
+// the shapes alone, each one single-threaded gemm call: inside the OpenMP region oneDNN and the
+// tiled OpenBLAS run on the calling thread (gemm.cc), so every element is summed in the same
+// order whatever the thread count (a threaded gemm is not: at the avx2 level oneDNN splits a
+// small product's inner dimension differently at 2 threads), and small experts run side by side
+// instead of each being a product too small to share. gemm is safe to call from several threads
+// at once (Gemm.OneShapeFromManyThreadsAtOnce).
+constexpr int64_t kBlock = 512;
+
 template <typename F>
-void for_each_expert(const int64_t* offsets, int64_t e, const F& fn) {
-  for (int64_t x = 0; x < e; ++x) {
-    if (offsets[x + 1] > offsets[x]) fn(x, offsets[x], offsets[x + 1] - offsets[x]);
+void for_each_expert_block(const int64_t* offsets, int64_t e, int64_t width, const F& fn) {
+  const int64_t blocks = (width + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t item = 0; item < e * blocks; ++item) {
+    const int64_t x = item / blocks, j0 = (item % blocks) * kBlock;
+    const int64_t rows = offsets[x + 1] - offsets[x];
+    if (rows > 0) fn(x, offsets[x], rows, j0, std::min(kBlock, width - j0));
   }
 }
 
@@ -320,22 +325,29 @@ void for_each_expert(const int64_t* offsets, int64_t e, const F& fn) {
 
 void moe_grouped_linear_forward(float* ys, const float* xs, const float* w, const int64_t* offsets,
                                 int64_t e, int64_t in, int64_t out) {
-  for_each_expert(offsets, e, [&](int64_t x, int64_t r0, int64_t m) {
-    gemm(false, true, m, out, in, 1.0f, xs + r0 * in, in, w + x * out * in, in, 0.0f, ys + r0 * out,
-         out);
-  });
+  // ys[:, j0:j0+nj] = xs w[x][j0:j0+nj, :]^T
+  for_each_expert_block(offsets, e, out,
+                        [&](int64_t x, int64_t r0, int64_t m, int64_t j0, int64_t nj) {
+                          gemm(false, true, m, nj, in, 1.0f, xs + r0 * in, in,
+                               w + (x * out + j0) * in, in, 0.0f, ys + r0 * out + j0, out);
+                        });
 }
 
 void moe_grouped_linear_backward(float* dxs, float* dw, const float* dys, const float* xs,
                                  const float* w, const int64_t* offsets, int64_t e, int64_t in,
                                  int64_t out) {
-  for_each_expert(offsets, e, [&](int64_t x, int64_t r0, int64_t m) {
-    const float* dy = dys + r0 * out;
-    if (dxs)  // dxs = dys w[x]
-      gemm(false, false, m, in, out, 1.0f, dy, out, w + x * out * in, in, 0.0f, dxs + r0 * in, in);
-    if (dw)  // dw[x] += dys^T xs
-      gemm(true, false, out, in, m, 1.0f, dy, out, xs + r0 * in, in, 1.0f, dw + x * out * in, in);
-  });
+  if (dxs)  // dxs[:, i0:i0+ni] = dys w[x][:, i0:i0+ni]
+    for_each_expert_block(offsets, e, in,
+                          [&](int64_t x, int64_t r0, int64_t m, int64_t i0, int64_t ni) {
+                            gemm(false, false, m, ni, out, 1.0f, dys + r0 * out, out,
+                                 w + x * out * in + i0, in, 0.0f, dxs + r0 * in + i0, in);
+                          });
+  if (dw)  // dw[x][j0:j0+nj, :] += dys[:, j0:j0+nj]^T xs
+    for_each_expert_block(offsets, e, out,
+                          [&](int64_t x, int64_t r0, int64_t m, int64_t j0, int64_t nj) {
+                            gemm(true, false, nj, in, m, 1.0f, dys + r0 * out + j0, out,
+                                 xs + r0 * in, in, 1.0f, dw + (x * out + j0) * in, in);
+                          });
 }
 
 void moe_combine_forward(float* y, const float* ys, const float* weight, const int32_t* token_row,
