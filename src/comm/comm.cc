@@ -21,6 +21,8 @@ const char* comm_op_name(CommOp op) {
       return "send";
     case CommOp::recv:
       return "recv";
+    case CommOp::all_to_all:
+      return "all_to_all";
     case CommOp::barrier:
       return "barrier";
   }
@@ -97,6 +99,10 @@ void log_comm_timeout(const std::string& what, int64_t step, double timeout_seco
   log::error("comm timeout: ", what, " at step ", step, " did not complete within ", within, " s",
              bytes >= 0 ? cat(" (", bytes, " bytes)") : std::string(), behind, "; ",
              hint.empty() ? suspect : hint);
+}
+
+WorkHandle Comm::all_to_all_v(const void*, const int64_t*, void*, const int64_t*, DType) {
+  fail("comm: all_to_all_v is not implemented by the communicator of group '", name(), "'");
 }
 
 }  // namespace strata

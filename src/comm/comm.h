@@ -30,9 +30,10 @@ enum class CommOp : uint8_t {
   broadcast,
   send,
   recv,
-  barrier
+  barrier,
+  all_to_all
 };
-constexpr int kNumCommOps = 7;
+constexpr int kNumCommOps = 8;
 const char* comm_op_name(CommOp op);
 
 // Exit status of a process that a communication timeout ended (the same as coreutils' timeout),
@@ -111,6 +112,14 @@ class Comm {
   virtual WorkHandle send(const void* buf, int64_t count, DType dtype, int peer, int tag) = 0;
   virtual WorkHandle recv(void* buf, int64_t count, DType dtype, int peer, int tag) = 0;
   virtual void barrier() = 0;  // blocking, with the timeout
+  // Variable-size all-to-all (expert parallelism's token exchange): rank r sends send_counts[p]
+  // elements to each rank p, taken from send in rank order (block p starts after blocks 0..p-1),
+  // and receives recv_counts[p] elements from each p into recv, likewise in rank order. Both
+  // count arrays have size() entries and must agree across ranks (recv_counts[p] here is
+  // send_counts[rank()] on p); they are read before this returns. send and recv must not overlap.
+  // The communicators implement it; the default throws (test doubles that never exchange).
+  virtual WorkHandle all_to_all_v(const void* send, const int64_t* send_counts, void* recv,
+                                  const int64_t* recv_counts, DType dtype);
 
   // Context for timeout messages, and the timeout itself (seconds; applies to later waits).
   virtual void set_step(int64_t step) = 0;

@@ -208,6 +208,37 @@ void MpiComm::barrier() {
   submit(a)->wait();
 }
 
+WorkHandle MpiComm::all_to_all_v(const void* send, const int64_t* send_counts, void* recv,
+                                 const int64_t* recv_counts, DType dtype) {
+  OpArgs a;
+  a.kind = CommOp::all_to_all;
+  a.dtype = dtype;
+  comm::mpi_datatype(dtype);
+  STRATA_CHECK(send_counts && recv_counts, "comm: all_to_all_v on group '", name(),
+               "': null counts");
+  // Counts and displacements are MPI ints: each must fit, and so must every running total.
+  int64_t sent = 0, received = 0;
+  for (int p = 0; p < size(); ++p) {
+    a.send_displs.push_back(checked_count(sent, dtype, "all_to_all_v"));
+    a.recv_displs.push_back(checked_count(received, dtype, "all_to_all_v"));
+    a.send_counts.push_back(checked_count(send_counts[p], dtype, "all_to_all_v"));
+    a.recv_counts.push_back(checked_count(recv_counts[p], dtype, "all_to_all_v"));
+    sent += send_counts[p];
+    received += recv_counts[p];
+  }
+  const auto elem = static_cast<int64_t>(dtype_size(dtype));
+  STRATA_CHECK((send || sent == 0) && (recv || received == 0), "comm: all_to_all_v on group '",
+               name(), "': null buffer");
+  const auto* s = static_cast<const char*>(send);
+  const auto* r = static_cast<const char*>(recv);
+  STRATA_CHECK(sent == 0 || received == 0 || s + sent * elem <= r || r + received * elem <= s,
+               "comm: all_to_all_v on group '", name(), "': send and recv overlap");
+  a.send = send;
+  a.recv = recv;
+  a.bytes = sent * elem;
+  return submit(a);
+}
+
 void MpiComm::set_step(int64_t step) {
   group_->step.store(step);
 }

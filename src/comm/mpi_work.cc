@@ -17,7 +17,7 @@ namespace {
 // pointers).
 const char* const kWaitNames[kNumCommOps] = {
     "wait all_reduce", "wait reduce_scatter", "wait all_gather", "wait broadcast",
-    "wait send",       "wait recv",           "wait barrier"};
+    "wait send",       "wait recv",           "wait barrier",    "wait all_to_all"};
 }  // namespace
 
 PendingOp::PendingOp(std::shared_ptr<GroupState> group, const OpArgs& args)
@@ -70,6 +70,10 @@ int PendingOp::issue(MPI_Request* request) {
       return MPI_Irecv(args_.recv, args_.count, type, args_.peer, args_.tag, comm, request);
     case CommOp::barrier:
       return MPI_Ibarrier(comm, request);
+    case CommOp::all_to_all:
+      return MPI_Ialltoallv(args_.send, args_.send_counts.data(), args_.send_displs.data(), type,
+                            args_.recv, args_.recv_counts.data(), args_.recv_displs.data(), type,
+                            comm, request);
   }
   return MPI_ERR_OTHER;
 }

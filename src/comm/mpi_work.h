@@ -8,6 +8,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "comm/comm.h"
 #include "comm/group_state.h"
@@ -24,6 +25,9 @@ struct OpArgs {
   int peer = -1;  // broadcast: root; send/recv: peer (group ranks)
   int tag = 0;
   int64_t bytes = 0;  // for stats and messages
+  // all_to_all: per rank, in elements (MPI's int counts and displacements), alive until the
+  // operation completes.
+  std::vector<int> send_counts, send_displs, recv_counts, recv_displs;
 };
 
 class PendingOp final : public Work {

@@ -48,6 +48,14 @@ WorkHandle SelfComm::all_gather(const void* send, void* recv, int64_t send_count
   return copy_block(send, recv, send_count, dtype);
 }
 
+WorkHandle SelfComm::all_to_all_v(const void* send, const int64_t* send_counts, void* recv,
+                                  const int64_t* recv_counts, DType dtype) {
+  STRATA_CHECK(send_counts && recv_counts && send_counts[0] == recv_counts[0], "comm ", name_,
+               ": all_to_all_v sends ", send_counts ? send_counts[0] : -1, " and receives ",
+               recv_counts ? recv_counts[0] : -1, " elements, but the group has one rank");
+  return copy_block(send, recv, send_counts[0], dtype);
+}
+
 WorkHandle SelfComm::broadcast(void* /*buf*/, int64_t count, DType /*dtype*/, int root) {
   STRATA_CHECK(root == 0, "comm ", name_, ": broadcast from rank ", root,
                ", but the group has one rank");

@@ -36,6 +36,12 @@ TEST(SelfComm, CollectivesOverOneRankAreTheIdentity) {
   EXPECT_EQ(half_out, half);
   c.all_gather(buf.data(), buf.data(), 3, DType::f32)->wait();
   EXPECT_EQ(buf, (std::vector<float>{1.5f, -2.0f, 3.25f}));
+  const int64_t three = 3;
+  std::vector<float> a2a(3, 0.0f);
+  c.all_to_all_v(buf.data(), &three, a2a.data(), &three, DType::f32)->wait();
+  EXPECT_EQ(a2a, buf);
+  const int64_t two = 2;
+  EXPECT_THROW(c.all_to_all_v(buf.data(), &three, a2a.data(), &two, DType::f32), Error);
   c.barrier();
   EXPECT_EQ(c.stats().total_bytes(), 0);  // nothing travels
 }

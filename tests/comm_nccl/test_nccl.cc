@@ -242,6 +242,39 @@ TEST_F(Nccl, SendRecvPairExchange) {
   EXPECT_GE(s[CommOp::recv].calls, 1);
 }
 
+// Rank r sends (r + p) % 3 * 100 + 7 f32 elements to rank p, each naming (r, p, i); every rank
+// checks each block it received (the MPI test's pattern, on device buffers).
+TEST_F(Nccl, AllToAllVMovesEachBlockToItsRank) {
+  REQUIRE_NCCL();
+  NcclComm& c = comm();
+  const int n = c.size(), me = c.rank();
+  auto count = [](int from, int to) -> int64_t { return (from + to) % 3 * 100 + 7; };
+  auto value = [](int from, int to, int64_t i) {
+    return static_cast<float>(from * 100000 + to * 1000 + i);
+  };
+  std::vector<int64_t> sc(n), rc(n);
+  int64_t sent = 0, received = 0;
+  for (int p = 0; p < n; ++p) {
+    sc[p] = count(me, p);
+    rc[p] = count(p, me);
+    sent += sc[p];
+    received += rc[p];
+  }
+  Buffer host(DType::f32, sent);
+  int64_t at = 0;
+  for (int p = 0; p < n; ++p)
+    for (int64_t i = 0; i < sc[p]; ++i) host.set(at++, value(me, p, i));
+  DeviceBuffer out(DType::f32, sent), in(DType::f32, received);
+  out.upload(host);
+  wait_host(c.all_to_all_v(out.data(), sc.data(), in.data(), rc.data(), DType::f32));
+  const Buffer got = in.download();
+  at = 0;
+  for (int p = 0; p < n; ++p)
+    for (int64_t i = 0; i < rc[p]; ++i, ++at)
+      ASSERT_EQ(got.get(at), value(p, me, i)) << "from rank " << p << " element " << i;
+  EXPECT_GE(c.stats()[CommOp::all_to_all].calls, 1);
+}
+
 TEST_F(Nccl, StatsCountCallsBytesAndSeconds) {
   REQUIRE_NCCL();
   NcclComm& c = comm();

@@ -115,6 +115,12 @@ WorkHandle DeviceHostComm::all_gather(const void* send, void* recv, int64_t send
   return route("all_gather", send, recv).all_gather(send, recv, send_count, dtype);
 }
 
+WorkHandle DeviceHostComm::all_to_all_v(const void* send, const int64_t* send_counts, void* recv,
+                                        const int64_t* recv_counts, DType dtype) {
+  return route("all_to_all_v", send, recv)
+      .all_to_all_v(send, send_counts, recv, recv_counts, dtype);
+}
+
 WorkHandle DeviceHostComm::broadcast(void* buf, int64_t count, DType dtype, int root) {
   return route("broadcast", buf).broadcast(buf, count, dtype, root);
 }

@@ -40,6 +40,8 @@ class DeviceHostComm : public Comm {
   WorkHandle reduce_scatter(const void* send, void* recv, int64_t recv_count, DType dtype,
                             ReduceOp op) override;
   WorkHandle all_gather(const void* send, void* recv, int64_t send_count, DType dtype) override;
+  WorkHandle all_to_all_v(const void* send, const int64_t* send_counts, void* recv,
+                          const int64_t* recv_counts, DType dtype) override;
   WorkHandle broadcast(void* buf, int64_t count, DType dtype, int root) override;
   WorkHandle send(const void* buf, int64_t count, DType dtype, int peer, int tag) override;
   WorkHandle recv(void* buf, int64_t count, DType dtype, int peer, int tag) override;

@@ -112,6 +112,10 @@ struct NcclComm::Args {
   // reduce_scatter in place: NCCL leaves the result in block rank(); MpiComm's convention (and
   // MPI's) puts it first, so a device copy follows on the communication stream.
   size_t move_block_bytes = 0;
+  // all_to_all: elements to and from each rank (size() entries, the caller's arrays: read while
+  // the operation is enqueued).
+  const int64_t* send_counts = nullptr;
+  const int64_t* recv_counts = nullptr;
 };
 
 namespace {
@@ -330,6 +334,33 @@ WorkHandle NcclComm::issue(const Args& a) {
       call = "ncclAllReduce";
       r = ncclAllReduce(g.scratch, g.scratch, 1, ncclInt32, ncclSum, g.comm, g.stream);
       break;
+    case CommOp::all_to_all: {
+      // NCCL has no all-to-all-v: one group of a send and a receive per peer, which NCCL runs
+      // as one operation (its documented all-to-all pattern). ncclGroupEnd must be called
+      // whatever happened to the calls before it.
+      call = "ncclGroupStart/ncclSend/ncclRecv/ncclGroupEnd (all_to_all)";
+      const size_t elem = dtype_size(a.dtype);
+      r = ncclGroupStart();
+      if (r == ncclSuccess) {
+        ncclResult_t first = ncclSuccess;
+        size_t sent = 0, received = 0;
+        for (int p = 0; p < size(); ++p) {
+          const auto sc = static_cast<size_t>(a.send_counts[p]);
+          const auto rc = static_cast<size_t>(a.recv_counts[p]);
+          if (sc > 0 && first == ncclSuccess)
+            first = ncclSend(static_cast<const char*>(a.send) + sent * elem, sc, type, p, g.comm,
+                             g.stream);
+          if (rc > 0 && first == ncclSuccess)
+            first = ncclRecv(static_cast<char*>(a.recv) + received * elem, rc, type, p, g.comm,
+                             g.stream);
+          sent += sc;
+          received += rc;
+        }
+        const ncclResult_t end = ncclGroupEnd();
+        r = first != ncclSuccess ? first : end;
+      }
+      break;
+    }
   }
   g.settle(r, call, what, a.bytes, peer_world, deadline);
   if (a.move_block_bytes > 0) {
@@ -455,6 +486,31 @@ WorkHandle NcclComm::send_recv(const void* send_buf, void* recv_buf, int64_t cou
                                int peer, int tag) {
   return point_to_point("send_recv", CommOp::send, true, send_buf, recv_buf, count, dtype, peer,
                         tag);
+}
+
+WorkHandle NcclComm::all_to_all_v(const void* send, const int64_t* send_counts, void* recv,
+                                  const int64_t* recv_counts, DType dtype) {
+  STRATA_CHECK(send_counts && recv_counts, "comm: all_to_all_v on group '", name(),
+               "': null counts");
+  nccl::datatype(dtype);
+  int64_t sent = 0, received = 0;
+  for (int p = 0; p < size(); ++p) {
+    check_count(send_counts[p], "all_to_all_v");
+    check_count(recv_counts[p], "all_to_all_v");
+    sent += send_counts[p];
+    received += recv_counts[p];
+  }
+  const auto elem = static_cast<int64_t>(dtype_size(dtype));
+  if (sent > 0) check_device_buffer(send, "all_to_all_v");
+  if (received > 0) check_device_buffer(recv, "all_to_all_v");
+  const auto* s = static_cast<const char*>(send);
+  const auto* r = static_cast<const char*>(recv);
+  STRATA_CHECK(sent == 0 || received == 0 || s + sent * elem <= r || r + received * elem <= s,
+               "comm: all_to_all_v on group '", name(), "': send and recv overlap");
+  Args a = op_args(CommOp::all_to_all, send, recv, sent, dtype);
+  a.send_counts = send_counts;
+  a.recv_counts = recv_counts;
+  return issue(a);
 }
 
 void NcclComm::barrier() {

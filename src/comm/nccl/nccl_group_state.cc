@@ -12,7 +12,7 @@ namespace strata::nccl {
 
 const char* const kWaitNames[kNumCommOps] = {
     "wait all_reduce", "wait reduce_scatter", "wait all_gather", "wait broadcast",
-    "wait send",       "wait recv",           "wait barrier"};
+    "wait send",       "wait recv",           "wait barrier",    "wait all_to_all"};
 
 Clock::time_point deadline_after(double seconds) {
   return Clock::now() +
