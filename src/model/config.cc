@@ -115,4 +115,9 @@ int64_t ModelConfig::num_params(bool include_positions) const {
   return total;
 }
 
+int64_t ModelConfig::num_active_params(bool include_positions) const {
+  const int64_t idle = moe.enabled() ? moe.experts - moe.top_k : 0;
+  return num_params(include_positions) - n_layer * idle * 3 * d_model * expert_ffn();
+}
+
 }  // namespace strata

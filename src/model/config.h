@@ -96,6 +96,9 @@ struct ModelConfig {
 
   // Parameter count; `include_positions` counts the learned position table.
   int64_t num_params(bool include_positions = true) const;
+  // What one token runs through: num_params less the experts a token does not use (MoE: top_k of
+  // experts per layer), for FLOPs and MFU.
+  int64_t num_active_params(bool include_positions = true) const;
 };
 
 // LLaMA's hidden width for SwiGLU: 2/3 of 4C, rounded up to a multiple of 64.

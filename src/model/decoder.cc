@@ -419,7 +419,7 @@ void Decoder::chunk_backward(int chunk, int slot, const float* doutput, float* d
 }
 
 double Decoder::train_flops_per_token() const {
-  const double n = static_cast<double>(config_.num_params(false));
+  const double n = static_cast<double>(config_.num_active_params(false));
   return 6.0 * n + 12.0 * static_cast<double>(config_.n_layer * config_.d_model * seq_len_);
 }
 

@@ -156,8 +156,8 @@ class Decoder {
   void set_hooks(GroupHooks* hooks) { hooks_ = hooks ? hooks : &no_hooks_; }
   int final_group() const { return static_cast<int>(config_.n_layer) + 1; }
 
-  // FLOPs of one training token of the whole model (6N + 12·L·C·T, N excluding position
-  // embeddings), for MFU.
+  // FLOPs of one training token of the whole model (6N + 12·L·C·T, N the parameters a token runs
+  // through: without position embeddings, and of an MoE layer only top_k experts), for MFU.
   double train_flops_per_token() const;
 
  private:

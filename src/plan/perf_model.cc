@@ -20,7 +20,7 @@
 namespace strata {
 
 double model_flops_per_token(const ModelConfig& model, int64_t seq_len) {
-  const double n = static_cast<double>(model.num_params(false));
+  const double n = static_cast<double>(model.num_active_params(false));
   return 6.0 * n + 12.0 * static_cast<double>(model.n_layer) * static_cast<double>(model.d_model) *
                        static_cast<double>(seq_len);
 }

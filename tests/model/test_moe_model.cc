@@ -73,6 +73,16 @@ TEST(MoeModel, ConfigErrorsNameTheKey) {
   EXPECT_NE(finalize_error(c).find("model.moe.routed_scale"), std::string::npos);
 }
 
+TEST(MoeModel, ActiveParametersCountTopKExperts) {
+  ModelConfig c = mixtral();
+  c.finalize();
+  // 2 layers, 2 of 4 experts idle per token, each 3 * c * F.
+  EXPECT_EQ(c.num_params() - c.num_active_params(), 2 * 2 * 3 * 64 * 32);
+  ModelConfig dense = testing::tiny_model(ModelFamily::llama);
+  dense.finalize();
+  EXPECT_EQ(dense.num_active_params(), dense.num_params());
+}
+
 TEST(MoeModel, UnsupportedCombinationsFailAtConstruction) {
   DecoderOptions o;
   EXPECT_EQ(construction_error(mixtral(), o), "");
