@@ -8,7 +8,7 @@ namespace strata {
 
 // ---- construction ------------------------------------------------------------------------------
 
-void Decoder::check_moe_supported(const DecoderOptions& o) {
+void Decoder::check_moe_supported() {
   // The MoE FFN runs whole in one process, in f32, on the CPU kernels (GitHub issue 21's first
   // step); everything else is refused here, before anything is allocated.
   const char* moe = "model.moe.experts > 0 (family mixtral)";
@@ -21,10 +21,6 @@ void Decoder::check_moe_supported(const DecoderOptions& o) {
   STRATA_CHECK(precision_ == DType::f32, moe,
                " trains in f32 only so far: set train.precision = "
                "\"f32\"");
-  STRATA_CHECK(o.recompute.mode == Recompute::none || o.recompute.mode == Recompute::full, moe,
-               " recomputes whole layers or nothing: set train.recompute = \"none\" or \"full\"");
-  STRATA_CHECK(!o.offload_activations, moe,
-               " does not offload activations yet: set train.activation_offload = false");
   STRATA_CHECK(backend_.kind() == Device::cpu, moe,
                " runs on the CPU only so far: set system.device = \"cpu\"");
   moe_stats_.resize(static_cast<size_t>(config_.n_layer));
@@ -64,7 +60,7 @@ Decoder::Decoder(const ModelConfig& config, Arena& arena, int64_t batch, int64_t
   STRATA_CHECK(precision_ == DType::f32 || precision_ == DType::bf16 || precision_ == DType::f16,
                "Decoder: precision must be f32, bf16 or f16");
   block_ = &block_for(config_.family);
-  if (block_->layout().moe) check_moe_supported(o);
+  if (block_->layout().moe) check_moe_supported();
   index_ = register_model_params(config_, shard_, params_);
   if (o.plan) o.plan(params_);
   if (lowp()) params_.set_param_category(MemCategory::master);

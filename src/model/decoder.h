@@ -169,7 +169,7 @@ class Decoder {
   // The block's view of one layer of the micro-batch in `a`.
   BlockRun block_run(int layer, const ActivationStore& a);
   bool lowp() const { return precision_ != DType::f32; }
-  void check_moe_supported(const DecoderOptions& o);
+  void check_moe_supported();
   bool bf16_flash() const { return bf16_flash_attention(precision_, config_); }
   NormKind norm() const { return block_->layout().norm; }
   // `saving`: backward follows and reads the saved activations (the offload copies them then).

@@ -135,10 +135,6 @@ void validate_config(RunConfig& c, const std::string& where) {
           " does not run with pipeline parallelism yet: set parallel.pp = 1");
     check(t.precision == Precision::f32, where, moe,
           " trains in f32 only so far: set train.precision = \"f32\"");
-    check(t.recompute == Recompute::none || t.recompute == Recompute::full, where, moe,
-          " recomputes whole layers or nothing: set train.recompute = \"none\" or \"full\"");
-    check(!t.activation_offload, where, moe,
-          " does not offload activations yet: set train.activation_offload = false");
     check(c.system.device == Device::cpu, where, moe,
           " runs on the CPU only so far: set system.device = \"cpu\"");
   }

@@ -88,12 +88,6 @@ TEST(MoeModel, UnsupportedCombinationsFailAtConstruction) {
   EXPECT_EQ(construction_error(mixtral(), o), "");
   o.precision = DType::bf16;
   EXPECT_NE(construction_error(mixtral(), o).find("train.precision"), std::string::npos);
-  o = {};
-  o.recompute.mode = Recompute::selective;
-  EXPECT_NE(construction_error(mixtral(), o).find("train.recompute"), std::string::npos);
-  o = {};
-  o.offload_activations = true;
-  EXPECT_NE(construction_error(mixtral(), o).find("train.activation_offload"), std::string::npos);
 }
 
 TEST(MoeModel, RoutingRecordPerLayer) {
