@@ -36,13 +36,23 @@ std::vector<Family> families() {
   mixtral.moe.z_loss_coeff = 0.05f;
   ModelConfig mixtral_capacity = mixtral;
   mixtral_capacity.moe.capacity_factor = 0.5;
+  // DeepSeek-V3's gating (sigmoid scores, renormalised, scaled) and Switch's (top-1, the softmax
+  // probability itself as the weight).
+  ModelConfig mixtral_sigmoid = mixtral;
+  mixtral_sigmoid.moe.gating = kernels::MoeGating::sigmoid_bias;
+  mixtral_sigmoid.moe.routed_scale = 2.5f;
+  ModelConfig mixtral_top1 = mixtral;
+  mixtral_top1.moe.top_k = 1;
+  mixtral_top1.moe.normalize_topk = false;
   return {{"gpt2", testing::tiny_model(ModelFamily::gpt2)},
           {"llama", testing::tiny_model(ModelFamily::llama)},
           {"llama3", llama3},
           {"qwen3", testing::tiny_model(ModelFamily::qwen3)},
           {"qwen3_tied", qwen3_tied},
           {"mixtral", mixtral},
-          {"mixtral_capacity", mixtral_capacity}};
+          {"mixtral_capacity", mixtral_capacity},
+          {"mixtral_sigmoid", mixtral_sigmoid},
+          {"mixtral_top1", mixtral_top1}};
 }
 
 // What an MoE model's last forward routed, per layer: tokens per expert and drops (empty for a
@@ -84,31 +94,39 @@ TEST(FamilyGradients, BackwardMatchesFiniteDifferences) {
       for (int k = 0; k < std::min<int64_t>(3, info.numel); ++k) {
         const int64_t e = order[static_cast<size_t>(k)];
         float* x = p.param(i) + e;
-        const float x0 = *x, eps = 1e-2f * std::max(1.0f, std::abs(x0));
+        const float x0 = *x;
         // The objective: the mean token loss plus (MoE) the layers' balancing losses.
         auto objective = [&] { return m.forward(in.data(), tg.data(), b, t) + m.moe_loss(); };
-        *x = x0 + eps;
-        const double up = objective();
-        const std::vector<int64_t> routing_up = routing(m);
-        *x = x0 - eps;
-        const double down = objective();
-        const std::vector<int64_t> routing_down = routing(m);
-        *x = x0;
         // The experts' choice is piecewise constant: a step that changes it is no derivative.
-        if (routing_up != base_routing || routing_down != base_routing) {
+        // Such an element is tried again with a step 4 times smaller, then left out.
+        bool done = false;
+        for (const float step : {1e-2f, 2.5e-3f}) {
+          const float eps = step * std::max(1.0f, std::abs(x0));
+          *x = x0 + eps;
+          const double up = objective();
+          const bool same_up = routing(m) == base_routing;
+          *x = x0 - eps;
+          const double down = objective();
+          const bool same_down = routing(m) == base_routing;
+          *x = x0;
+          if (!same_up || !same_down) continue;
+          const double numeric = (up - down) / (double(x0 + eps) - double(x0 - eps));
+          const double analytic = g[e];
+          // f32 losses over a 2e step: about 1e-6 / 2e absolute noise, plus the O(eps^2) term.
+          EXPECT_NEAR(analytic, numeric, 2e-2 * std::abs(numeric) + 2e-6 / step)
+              << f.name << " " << info.name << "[" << e << "] step " << step;
+          done = true;
+          break;
+        }
+        if (!done) {
           ++rerouted;
           continue;
         }
-        const double numeric = (up - down) / (double(x0 + eps) - double(x0 - eps));
-        const double analytic = g[e];
-        // f32 losses over a 2e step: about 1e-6 / 2e-2 absolute noise, plus the O(eps^2) term.
-        EXPECT_NEAR(analytic, numeric, 2e-2 * std::abs(numeric) + 2e-4)
-            << f.name << " " << info.name << "[" << e << "]";
         ++checked;
       }
     }
     EXPECT_GT(checked, 20) << f.name;
-    EXPECT_LE(rerouted, 3) << f.name;
+    EXPECT_LE(rerouted, checked / 10) << f.name;
     if (c.moe.experts > 0) {
       EXPECT_GT(m.moe_stats()[0].aux_loss, 0.0) << f.name;
       EXPECT_GT(m.moe_stats()[0].z_loss, 0.0) << f.name;
