@@ -9,8 +9,9 @@ namespace strata {
 // ---- construction ------------------------------------------------------------------------------
 
 void Decoder::check_moe_supported() {
-  // The MoE FFN runs whole in one process, in f32, on the CPU kernels (GitHub issue 21's first
-  // step); everything else is refused here, before anything is allocated.
+  // The MoE FFN runs whole in each process (data parallelism only), in f32, on the CPU kernels
+  // (GitHub issue 21's first step); everything else is refused here, before anything is
+  // allocated.
   const char* moe = "model.moe.experts > 0 (family mixtral)";
   STRATA_CHECK(shard_.tp == 1, moe,
                " does not run with tensor parallelism yet: set parallel.tp = 1");
@@ -19,8 +20,7 @@ void Decoder::check_moe_supported() {
   STRATA_CHECK(shard_.num_chunks() == 1 && shard_.has_embedding && shard_.has_head, moe,
                " does not run with pipeline parallelism yet: set parallel.pp = 1");
   STRATA_CHECK(precision_ == DType::f32, moe,
-               " trains in f32 only so far: set train.precision = "
-               "\"f32\"");
+               " trains in f32 only so far: set train.precision = \"f32\"");
   STRATA_CHECK(backend_.kind() == Device::cpu, moe,
                " runs on the CPU only so far: set system.device = \"cpu\"");
   moe_stats_.resize(static_cast<size_t>(config_.n_layer));
