@@ -20,8 +20,8 @@ Command add_export_command(CLI::App& parent) {
       "export", "write a checkpoint as a Hugging Face model (safetensors, config.json, tokenizer)");
   app->add_option("checkpoint", a->checkpoint, "checkpoint, ckpt dir or run dir")->required();
   app->add_option("--hf", a->options.out_dir,
-                  "output directory for transformers' from_pretrained (GPT2LMHeadModel or "
-                  "LlamaForCausalLM)")
+                  "output directory for transformers' from_pretrained (GPT2LMHeadModel, "
+                  "LlamaForCausalLM, Qwen3ForCausalLM or MixtralForCausalLM)")
       ->required();
   app->add_option("--tokenizer", a->options.tokenizer,
                   "tokenizer.json to ship (default: the checkpoint's, or its run's data.dir)");

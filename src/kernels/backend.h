@@ -17,6 +17,7 @@
 #include "core/arena.h"
 #include "core/dtype.h"
 #include "core/tensor.h"  // Device
+#include "kernels/cpu/moe.h"
 #include "kernels/rope_spec.h"
 #include "kernels/shapes.h"
 
@@ -131,6 +132,45 @@ class Backend {
   virtual void head_rmsnorm_backward(float* dqkv, float* dwq, float* dwk, const float* pre,
                                      const float* rstd, const float* wq, const float* wk,
                                      const AttentionShape& s) = 0;
+
+  // ---- Mixture of Experts (kernels/cpu/moe.h: layouts, conventions) ----------------------------
+  // expert_idx, row_token, row_slot, token_row are int32 and offsets, tokens_per_expert int64,
+  // all device buffers. The losses and the dispatch plan's dropped count come back to the host
+  // (synchronising).
+  virtual void moe_route_forward(kernels::MoeGating gating, int32_t* expert_idx, float* weight,
+                                 float* probs, const float* logits, const float* bias, int64_t n,
+                                 int64_t e, int64_t k, bool normalize, float scale) = 0;
+  virtual void moe_route_backward(kernels::MoeGating gating, float* dlogits, const float* dweight,
+                                  const float* probs, const int32_t* expert_idx, int64_t n,
+                                  int64_t e, int64_t k, bool normalize, float scale) = 0;
+  virtual double moe_aux_loss_forward(kernels::MoeGating gating, const float* probs,
+                                      const int64_t* tokens_per_expert, int64_t n, int64_t e,
+                                      int64_t k, float coeff) = 0;
+  virtual void moe_aux_loss_backward(kernels::MoeGating gating, float* dlogits, const float* probs,
+                                     const int64_t* tokens_per_expert, int64_t n, int64_t e,
+                                     int64_t k, float coeff) = 0;
+  virtual double moe_z_loss_forward(const float* logits, int64_t n, int64_t e, float coeff) = 0;
+  virtual void moe_z_loss_backward(float* dlogits, const float* logits, int64_t n, int64_t e,
+                                   float coeff) = 0;
+  virtual int64_t moe_dispatch_plan(int64_t* offsets, int32_t* row_token, int32_t* row_slot,
+                                    int32_t* token_row, int64_t* tokens_per_expert,
+                                    const int32_t* expert_idx, int64_t n, int64_t e, int64_t k,
+                                    int64_t capacity) = 0;
+  virtual void moe_permute_forward(float* xs, const float* x, const int32_t* row_token,
+                                   int64_t rows, int64_t c) = 0;
+  virtual void moe_permute_backward(float* dx, const float* dxs, const int32_t* token_row,
+                                    int64_t n, int64_t k, int64_t c) = 0;
+  virtual void moe_grouped_linear_forward(float* ys, const float* xs, const float* w,
+                                          const int64_t* offsets, int64_t e, int64_t in,
+                                          int64_t out) = 0;
+  virtual void moe_grouped_linear_backward(float* dxs, float* dw, const float* dys, const float* xs,
+                                           const float* w, const int64_t* offsets, int64_t e,
+                                           int64_t in, int64_t out) = 0;
+  virtual void moe_combine_forward(float* y, const float* ys, const float* weight,
+                                   const int32_t* token_row, int64_t n, int64_t k, int64_t c) = 0;
+  virtual void moe_combine_backward(float* dys, float* dweight, const float* dy, const float* ys,
+                                    const float* weight, const int32_t* token_row, int64_t n,
+                                    int64_t k, int64_t c) = 0;
 
   // ---- attention -------------------------------------------------------------------------------
   // Naive attention (materialised probabilities); a backend may not have it (supports_naive).

@@ -13,6 +13,29 @@ namespace {
 // The buffers below are planned once, against "an arena" A: the Arena (allocation) or a
 // MemCounter (the planner's byte counts), so that both see the same sizes.
 
+// The MoE FFN's kept tensors for n tokens (dropless: n*k rows at most).
+template <class A>
+void moe_buffers(LayerActivations& l, const ModelConfig& cfg, A& arena, MemCategory category,
+                 int64_t n) {
+  const int64_t e = cfg.moe.experts, k = cfg.moe.top_k, f = cfg.expert_ffn(), c = cfg.d_model;
+  const int64_t rows = n * k;
+  auto buf = [&](int64_t count, const char* what) {
+    return arena.template alloc<float>(category, count, what);
+  };
+  if (cfg.moe.z_loss_coeff > 0) l.moe_logits = buf(n * e, "moe router logits");
+  l.moe_probs = buf(n * e, "moe router probabilities");
+  l.moe_weight = buf(n * k, "moe combine weights");
+  l.moe_expert_idx = arena.template alloc<int32_t>(category, n * k, "moe expert indices");
+  l.moe_tokens_per_expert = arena.template alloc<int64_t>(category, e, "moe tokens per expert");
+  l.moe_offsets = arena.template alloc<int64_t>(category, e + 1, "moe expert offsets");
+  l.moe_token_row = arena.template alloc<int32_t>(category, n * k, "moe token rows");
+  l.moe_row_token = arena.template alloc<int32_t>(category, rows, "moe row tokens");
+  l.moe_xs = buf(rows * c, "moe permuted input");
+  l.moe_gate_up = buf(rows * 2 * f, "moe expert gate|up");
+  l.moe_h = buf(rows * f, "moe expert activation");
+  l.moe_ys = buf(rows * c, "moe expert output");
+}
+
 template <class A>
 LayerActivations layer_buffers(const ModelConfig& cfg, const ModelShard& shard, Recompute mode,
                                A& arena, MemCategory category, int64_t batch, int64_t seq_len,
@@ -61,6 +84,10 @@ LayerActivations layer_buffers(const ModelConfig& cfg, const ModelShard& shard, 
   gemm_input(l.mlp_norm, l.mlp_norm_lp, ns * c, "mlp norm");
   if (layernorm) l.mlp_mean = buf(ns, "mlp norm mean");
   l.mlp_rstd = buf(ns, "mlp norm rstd");
+  if (layout.moe) {
+    moe_buffers(l, cfg, arena, category, n);
+    return l;
+  }
   l.mlp_pre = buf(n * pre_width, "mlp pre-activation");
   gemm_input(l.mlp_act, l.mlp_act_lp, n * f, "mlp activation");
   return l;
@@ -124,7 +151,8 @@ void scratch_buffers(GradScratch& g, const ModelConfig& cfg, const ModelShard& s
                      const Backend* backend, Device device) {
   const int64_t n = batch * seq_len, ns = shard.local_rows(n), c = cfg.d_model;
   const int64_t nh = shard.heads(cfg), nkv = shard.kv_heads(cfg), f = shard.ffn(cfg);
-  const int64_t pre_width = block_for(cfg.family).layout().mlp_pre_factor * f;
+  const BlockLayout layout = block_for(cfg.family).layout();
+  const int64_t pre_width = layout.mlp_pre_factor * f;
   auto ws = [&](int64_t count, const char* what) {
     return arena.template alloc<float>(MemCategory::workspace, count, what);
   };
@@ -132,8 +160,18 @@ void scratch_buffers(GradScratch& g, const ModelConfig& cfg, const ModelShard& s
   g.dnorm = ws(ns * c, "norm gradient");
   g.dqkv = ws(n * shard.qkv_width(cfg), "qkv gradient");
   g.dattn = ws(n * nh * cfg.head_dim(), "attention output gradient");
-  g.dmlp_pre = ws(n * pre_width, "mlp pre-activation gradient");
-  g.dmlp_act = ws(n * f, "mlp activation gradient");
+  if (layout.moe) {
+    const int64_t e = cfg.moe.experts, k = cfg.moe.top_k, fe = cfg.expert_ffn();
+    g.moe_dlogits = ws(n * e, "moe router logits gradient");
+    g.moe_dweight = ws(n * k, "moe combine weights gradient");
+    g.moe_drows = ws(n * k * c, "moe expert rows gradient");
+    g.moe_dh = ws(n * k * fe, "moe expert activation gradient");
+    g.moe_dgate_up = ws(n * k * 2 * fe, "moe expert gate|up gradient");
+    if (cfg.moe.z_loss_coeff <= 0) g.moe_logits = ws(n * e, "moe router logits");
+  } else {
+    g.dmlp_pre = ws(n * pre_width, "mlp pre-activation gradient");
+    g.dmlp_act = ws(n * f, "mlp activation gradient");
+  }
   const int64_t scratch = attention_scratch(cfg, backend, batch, seq_len, nh, nkv, threads);
   g.attn_scratch = ws(std::max<int64_t>(1, scratch), "attention backward scratch");
   if (shard.sp) {

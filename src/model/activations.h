@@ -35,6 +35,21 @@ struct LayerActivations {
   float* mlp_pre = nullptr;    // [n, f] (gpt2 fc output) or [n, 2f] (llama gate|up)
   float* mlp_act = nullptr;    // [n, f] activation output, input of proj/down
   float* resid_out = nullptr;  // [ns, c] block output
+  // The MoE FFN (mixtral; model/moe_ffn.h), which also keeps mlp_norm and mlp_rstd above. Rows
+  // are the n*k (token, expert) assignments in expert-sorted order, at most n*k (dropless);
+  // layouts in kernels/cpu/moe.h. e experts, k per token, F = each expert's hidden width.
+  float* moe_logits = nullptr;               // [n, e] router logits (z-loss only)
+  float* moe_probs = nullptr;                // [n, e]
+  float* moe_weight = nullptr;               // [n, k] combine weights
+  int32_t* moe_expert_idx = nullptr;         // [n, k]
+  int64_t* moe_tokens_per_expert = nullptr;  // [e]
+  int64_t* moe_offsets = nullptr;            // [e + 1]
+  int32_t* moe_token_row = nullptr;          // [n, k]
+  int32_t* moe_row_token = nullptr;          // [n * k]
+  float* moe_xs = nullptr;                   // [rows, c] permuted normalised input
+  float* moe_gate_up = nullptr;              // [rows, 2F]
+  float* moe_h = nullptr;                    // [rows, F] SwiGLU output
+  float* moe_ys = nullptr;                   // [rows, c] experts' outputs
   // Mixed precision (bf16 / f16): the inputs of the layer's GEMMs are kept in 16 bits instead;
   // their f32 versions above are then transient buffers shared by every layer (null here).
   // attn_out stays f32 under flash attention, whose backward reads it.
@@ -123,6 +138,14 @@ struct GradScratch {
   float* dmlp_pre = nullptr;  // [n, f or 2f]
   float* dmlp_act = nullptr;  // [n, f]
   float* attn_scratch = nullptr;
+  // The MoE FFN's backward (mixtral): router logits' and combine weights' gradients, then the
+  // expert rows': dys (reused for dxs), dh, dgate_up.
+  float* moe_dlogits = nullptr;   // [n, e]
+  float* moe_dweight = nullptr;   // [n, k]
+  float* moe_drows = nullptr;     // [n * k, c]
+  float* moe_dh = nullptr;        // [n * k, F]
+  float* moe_dgate_up = nullptr;  // [n * k, 2F]
+  float* moe_logits = nullptr;    // [n, e] router logits when the layer does not keep them
   // Sequence parallelism only: two [n, c] buffers for all-gathered inputs and the full-row
   // partial sums that are reduce-scattered (forward and backward use them in turn).
   float* full_a = nullptr;

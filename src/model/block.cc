@@ -4,9 +4,10 @@
 
 namespace strata {
 
-const Block& gpt2_block();   // block_gpt2.cc
-const Block& llama_block();  // block_llama.cc
-const Block& qwen3_block();  // block_qwen3.cc
+const Block& gpt2_block();     // block_gpt2.cc
+const Block& llama_block();    // block_llama.cc
+const Block& qwen3_block();    // block_qwen3.cc
+const Block& mixtral_block();  // block_mixtral.cc
 
 const Block& block_for(ModelFamily family) {
   switch (family) {
@@ -16,6 +17,8 @@ const Block& block_for(ModelFamily family) {
       return llama_block();
     case ModelFamily::qwen3:
       return qwen3_block();
+    case ModelFamily::mixtral:
+      return mixtral_block();
   }
   fail("unknown model family ", static_cast<int>(family));
 }

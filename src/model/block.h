@@ -28,6 +28,8 @@
 
 namespace strata {
 
+struct MoeLayerStats;  // model/moe_ffn.h
+
 // Indices into the ParamStore of one block's parameters (-1 when the family has none).
 struct BlockParams {
   int attn_norm_w = -1, attn_norm_b = -1;
@@ -35,8 +37,9 @@ struct BlockParams {
   int q_norm_w = -1, k_norm_w = -1;  // per-head norms of q and k (Qwen3)
   int o_w = -1, o_b = -1;
   int mlp_norm_w = -1, mlp_norm_b = -1;
-  int fc_w = -1, fc_b = -1, proj_w = -1, proj_b = -1;  // GELU MLP (gpt2)
-  int gate_w = -1, up_w = -1, down_w = -1;             // SwiGLU MLP (llama, qwen3)
+  int fc_w = -1, fc_b = -1, proj_w = -1, proj_b = -1;              // GELU MLP (gpt2)
+  int gate_w = -1, up_w = -1, down_w = -1;                         // SwiGLU MLP (llama, qwen3)
+  int router_w = -1, experts_gate_up_w = -1, experts_down_w = -1;  // MoE FFN (mixtral)
 };
 
 enum class NormKind { layernorm, rmsnorm };
@@ -50,6 +53,7 @@ struct BlockLayout {
   bool learned_positions = false;     // a position table beside the token embedding
   bool rope = false;                  // q and k rotated by RoPE (rope_theta, rope_scaling)
   bool grouped_query = false;         // n_kv_head may be below n_head
+  bool moe = false;  // a sparse Mixture-of-Experts FFN (model.moe) instead of the dense MLP
 };
 
 // Slices of the global tensors for a rank's shard: split along a dimension, replicated over the
@@ -80,6 +84,11 @@ struct BlockRun {
   ParallelLinear& linear;
   const BlockParams& p;
   int64_t b, t;
+  // An MoE layer's host-side record of its last forward (model/moe_ffn.h; null for dense
+  // families), and the micro-batch's per-token loss scale (grad_scale), which weights the MoE
+  // balancing losses' gradients in backward.
+  MoeLayerStats* moe = nullptr;
+  float loss_scale = 0.0f;
 
   int64_t n() const { return b * t; }
   int64_t ns() const { return shard.local_rows(b * t); }  // rows of the residual stream held

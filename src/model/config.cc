@@ -1,9 +1,44 @@
 #include "model/config.h"
 
+#include <cmath>
+
 #include "core/error.h"
 #include "model/block.h"
 
 namespace strata {
+
+int64_t MoeConfig::capacity(int64_t n) const {
+  if (capacity_factor <= 0) return 0;
+  return static_cast<int64_t>(
+      std::ceil(capacity_factor * double(n) * double(top_k) / double(experts)));
+}
+
+namespace {
+// model.moe.*: only a family whose layout has the MoE FFN takes experts.
+void check_moe(const MoeConfig& m, ModelFamily family, const BlockLayout& layout) {
+  if (!layout.moe) {
+    STRATA_CHECK(m.experts == 0, "model.moe.experts: the ", family_name(family),
+                 " family has a dense MLP; leave model.moe.experts at 0 or use family = "
+                 "\"mixtral\"");
+    return;
+  }
+  STRATA_CHECK(m.experts >= 2, "model.moe.experts: the ", family_name(family),
+               " family needs at least 2 experts, got ", m.experts);
+  STRATA_CHECK(m.top_k >= 1 && m.top_k <= m.experts, "model.moe.top_k: must be in [1, ", m.experts,
+               "] (model.moe.experts), got ", m.top_k);
+  STRATA_CHECK(m.expert_ffn >= 0, "model.moe.expert_ffn: must be positive (or 0: d_ff), got ",
+               m.expert_ffn);
+  STRATA_CHECK(m.routed_scale > 0, "model.moe.routed_scale: must be positive, got ",
+               m.routed_scale);
+  STRATA_CHECK(m.aux_loss_coeff >= 0, "model.moe.aux_loss_coeff: must be 0 or more, got ",
+               m.aux_loss_coeff);
+  STRATA_CHECK(m.z_loss_coeff >= 0, "model.moe.z_loss_coeff: must be 0 or more, got ",
+               m.z_loss_coeff);
+  STRATA_CHECK(m.capacity_factor >= 0,
+               "model.moe.capacity_factor: must be 0 (dropless) or positive, got ",
+               m.capacity_factor);
+}
+}  // namespace
 
 RopeSpec ModelConfig::rope() const {
   return RopeSpec{.theta = double(rope_theta),
@@ -55,6 +90,7 @@ void ModelConfig::finalize() {
   // A gated MLP (gate|up, mlp_pre_factor 2) defaults to LLaMA's 2/3 of 4C; GELU's to 4C.
   if (d_ff == 0) d_ff = layout.mlp_pre_factor == 2 ? swiglu_hidden(d_model) : 4 * d_model;
   STRATA_CHECK(d_ff >= 1, "model.d_ff: must be positive, got ", d_ff);
+  check_moe(moe, family, layout);
   STRATA_CHECK(vocab_size >= 2, "model.vocab_size: must be at least 2, got ", vocab_size);
   STRATA_CHECK(max_seq_len >= 1, "model.max_seq_len: must be at least 1, got ", max_seq_len);
   STRATA_CHECK(norm_eps > 0, "model.norm_eps: must be positive, got ", norm_eps);
@@ -69,12 +105,19 @@ int64_t ModelConfig::num_params(bool include_positions) const {
   const int64_t norm = layernorm ? 2 * c : c;
   const int64_t attn =
       c * qkv + n_head * hd * c + (layout.biases ? qkv + c : 0) + (layout.head_norm ? 2 * hd : 0);
-  const int64_t mlp = (layout.mlp_pre_factor + 1) * c * d_ff +
-                      (layout.biases ? layout.mlp_pre_factor * d_ff + c : 0);
+  // An MoE layer: the router [experts, c] and each expert's gate|up and down.
+  const int64_t mlp = layout.moe ? moe.experts * c + moe.experts * 3 * c * expert_ffn()
+                                 : (layout.mlp_pre_factor + 1) * c * d_ff +
+                                       (layout.biases ? layout.mlp_pre_factor * d_ff + c : 0);
   int64_t total = n_layer * (2 * norm + attn + mlp) + norm + vocab_size * c;
   if (!tie_embeddings) total += vocab_size * c;
   if (include_positions && layout.learned_positions) total += max_seq_len * c;
   return total;
+}
+
+int64_t ModelConfig::num_active_params(bool include_positions) const {
+  const int64_t idle = moe.enabled() ? moe.experts - moe.top_k : 0;
+  return num_params(include_positions) - n_layer * idle * 3 * d_model * expert_ffn();
 }
 
 }  // namespace strata

@@ -3,18 +3,48 @@
 //   llama: RMSNorm, SwiGLU MLP, RoPE (plain, or Llama 3's rescaled frequencies), grouped-query
 //          attention, no biases, untied head (Llama 2, 3.x).
 //   qwen3: llama's layer with RMSNorm of q and k per head before RoPE (Qwen3 dense models).
+//   mixtral: llama's attention and a sparse Mixture-of-Experts SwiGLU FFN in every layer
+//          (Mixtral 8x7B; model.moe below).
 #pragma once
 #include <cstdint>
 #include <string>
 
+#include "kernels/cpu/moe.h"
 #include "kernels/rope_spec.h"
 
 namespace strata {
 
-enum class ModelFamily { gpt2, llama, qwen3 };
+enum class ModelFamily { gpt2, llama, qwen3, mixtral };
 template <>
 struct EnumNames<ModelFamily> {
-  static constexpr std::string_view names[] = {"gpt2", "llama", "qwen3"};  // model.family
+  static constexpr std::string_view names[] = {"gpt2", "llama", "qwen3",
+                                               "mixtral"};  // model.family
+};
+
+// model.moe.gating (kernels/cpu/moe.h)
+template <>
+struct EnumNames<kernels::MoeGating> {
+  static constexpr std::string_view names[] = {"softmax_topk", "sigmoid_bias"};
+};
+
+// model.moe.*: the sparse FFN of the mixtral family (experts = 0: a dense model). Defaults are
+// Mixtral 8x7B's, and Hugging Face's router_aux_loss_coef.
+struct MoeConfig {
+  int64_t experts = 0;     // routed experts per layer
+  int64_t top_k = 2;       // experts per token
+  int64_t expert_ffn = 0;  // hidden width of each expert; 0 means d_ff
+  kernels::MoeGating gating = kernels::MoeGating::softmax_topk;
+  bool normalize_topk = true;    // the chosen weights renormalised to sum to 1 (Mixtral)
+  float routed_scale = 1.0f;     // the weights' scale after that (DeepSeek's routed_scaling_factor)
+  float aux_loss_coeff = 0.02f;  // Switch/GShard load-balancing loss, per layer
+  float z_loss_coeff = 0.0f;     // ST-MoE router z-loss, per layer
+  // 0: dropless; > 0: each expert takes at most ceil(factor * n * k / experts) of a
+  // micro-batch's n tokens, the rest of its assignments are dropped.
+  double capacity_factor = 0.0;
+
+  bool enabled() const { return experts > 0; }
+  // Rows of one expert at most for n tokens (0: no limit).
+  int64_t capacity(int64_t n) const;
 };
 
 // model.attention: "naive" keeps the T×T probabilities for backward; "flash" keeps only the
@@ -50,12 +80,14 @@ struct ModelConfig {
   bool tie_embeddings = true;  // gpt2 default true, llama default false
   float init_std = 0.02f;
   AttentionKernel attention = AttentionKernel::naive;
+  MoeConfig moe;
 
   // Derived values, valid after finalize().
   int64_t head_dim() const { return attn_head_dim > 0 ? attn_head_dim : d_model / n_head; }
   int64_t kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
   int64_t qkv_width() const { return (n_head + 2 * kv_heads()) * head_dim(); }
   bool flash_attention() const { return attention == AttentionKernel::flash; }
+  int64_t expert_ffn() const { return moe.expert_ffn > 0 ? moe.expert_ffn : d_ff; }
   RopeSpec rope() const;
 
   // Fills defaults that depend on the family and checks consistency; throws strata::Error
@@ -64,6 +96,9 @@ struct ModelConfig {
 
   // Parameter count; `include_positions` counts the learned position table.
   int64_t num_params(bool include_positions = true) const;
+  // What one token runs through: num_params less the experts a token does not use (MoE: top_k of
+  // experts per layer), for FLOPs and MFU.
+  int64_t num_active_params(bool include_positions = true) const;
 };
 
 // LLaMA's hidden width for SwiGLU: 2/3 of 4C, rounded up to a multiple of 64.

@@ -8,6 +8,32 @@ namespace strata {
 
 // ---- construction ------------------------------------------------------------------------------
 
+void Decoder::check_moe_supported() {
+  // The MoE FFN runs whole in each process (data parallelism only), in f32, on the CPU kernels
+  // (GitHub issue 21's first step); everything else is refused here, before anything is
+  // allocated.
+  const char* moe = "model.moe.experts > 0 (family mixtral)";
+  STRATA_CHECK(shard_.tp == 1, moe,
+               " does not run with tensor parallelism yet: set parallel.tp = 1");
+  STRATA_CHECK(!shard_.sp, moe,
+               " does not run with sequence parallelism yet: set parallel.sp = false");
+  STRATA_CHECK(shard_.num_chunks() == 1 && shard_.has_embedding && shard_.has_head, moe,
+               " does not run with pipeline parallelism yet: set parallel.pp = 1");
+  STRATA_CHECK(precision_ == DType::f32, moe,
+               " trains in f32 only so far: set train.precision = \"f32\"");
+  STRATA_CHECK(backend_.kind() == Device::cpu, moe,
+               " runs on the CPU only so far: set system.device = \"cpu\"");
+  moe_stats_.resize(static_cast<size_t>(config_.n_layer));
+  for (MoeLayerStats& st : moe_stats_)
+    st.tokens_per_expert.assign(static_cast<size_t>(config_.moe.experts), 0);
+}
+
+double Decoder::moe_loss() const {
+  double sum = 0;
+  for (const MoeLayerStats& st : moe_stats_) sum += st.aux_loss + st.z_loss;
+  return sum;
+}
+
 Decoder::Decoder(const ModelConfig& config, Arena& arena, int64_t batch, int64_t seq_len,
                  DecoderOptions o)
     : config_(config),
@@ -34,6 +60,7 @@ Decoder::Decoder(const ModelConfig& config, Arena& arena, int64_t batch, int64_t
   STRATA_CHECK(precision_ == DType::f32 || precision_ == DType::bf16 || precision_ == DType::f16,
                "Decoder: precision must be f32, bf16 or f16");
   block_ = &block_for(config_.family);
+  if (block_->layout().moe) check_moe_supported();
   index_ = register_model_params(config_, shard_, params_);
   if (o.plan) o.plan(params_);
   if (lowp()) params_.set_param_category(MemCategory::master);
@@ -120,8 +147,10 @@ LayerActivations Decoder::layer_view(const ActivationStore& a, int64_t local_lay
 }
 
 BlockRun Decoder::block_run(int layer, const ActivationStore& a) {
-  return BlockRun{backend_, config_, shard_, tp_, params_, scratch_, linear_, index_.blocks[layer],
-                  a.b,      a.t};
+  MoeLayerStats* moe = moe_stats_.empty() ? nullptr : &moe_stats_[static_cast<size_t>(layer)];
+  return BlockRun{backend_, config_,  shard_,  tp_,
+                  params_,  scratch_, linear_, index_.blocks[layer],
+                  a.b,      a.t,      moe,     loss_scale_};
 }
 
 // ---- forward -----------------------------------------------------------------------------------
@@ -201,6 +230,7 @@ double Decoder::loss(ActivationStore& a, const int32_t* targets, bool backward, 
   }
   backend_.copy_from_host(a.targets, targets, static_cast<size_t>(n) * sizeof(int32_t));
   a.has_targets = true;
+  if (backward) loss_scale_ = grad_scale;  // the MoE balancing losses' weight in backward
   double sum = 0;
   // bf16: the head's backward GEMMs read bf16 dlogits, which the loss writes directly.
   a.dlogits_bf16 = backward && precision_ == DType::bf16 && !tp_.active();
@@ -385,7 +415,7 @@ void Decoder::chunk_backward(int chunk, int slot, const float* doutput, float* d
 }
 
 double Decoder::train_flops_per_token() const {
-  const double n = static_cast<double>(config_.num_params(false));
+  const double n = static_cast<double>(config_.num_active_params(false));
   return 6.0 * n + 12.0 * static_cast<double>(config_.n_layer * config_.d_model * seq_len_);
 }
 

@@ -31,6 +31,7 @@
 #include "model/config.h"
 #include "model/group_hooks.h"
 #include "model/lowp_weights.h"
+#include "model/moe_ffn.h"
 #include "model/parallel_linear.h"
 #include "model/params.h"
 #include "model/shard.h"
@@ -141,6 +142,13 @@ class Decoder {
   int64_t batch() const { return batch_; }
   int64_t seq_len() const { return seq_len_; }
 
+  // MoE families: each global layer's record of its last forward (aux and z losses, tokens per
+  // expert, drops); empty for dense families and for layers this rank does not hold.
+  const std::vector<MoeLayerStats>& moe_stats() const { return moe_stats_; }
+  // The balancing losses of the last forward, summed over layers (each already times its
+  // coefficient): what the objective adds to the mean token loss per micro-batch.
+  double moe_loss() const;
+
   // Host memory of the activation offload (null without it).
   const ActivationOffload* activation_offload() const { return offload_.get(); }
 
@@ -148,8 +156,8 @@ class Decoder {
   void set_hooks(GroupHooks* hooks) { hooks_ = hooks ? hooks : &no_hooks_; }
   int final_group() const { return static_cast<int>(config_.n_layer) + 1; }
 
-  // FLOPs of one training token of the whole model (6N + 12·L·C·T, N excluding position
-  // embeddings), for MFU.
+  // FLOPs of one training token of the whole model (6N + 12·L·C·T, N the parameters a token runs
+  // through: without position embeddings, and of an MoE layer only top_k experts), for MFU.
   double train_flops_per_token() const;
 
  private:
@@ -161,6 +169,7 @@ class Decoder {
   // The block's view of one layer of the micro-batch in `a`.
   BlockRun block_run(int layer, const ActivationStore& a);
   bool lowp() const { return precision_ != DType::f32; }
+  void check_moe_supported();
   bool bf16_flash() const { return bf16_flash_attention(precision_, config_); }
   NormKind norm() const { return block_->layout().norm; }
   // `saving`: backward follows and reads the saved activations (the offload copies them then).
@@ -199,6 +208,8 @@ class Decoder {
   std::unique_ptr<ActivationOffload> offload_;  // DecoderOptions::offload_activations
   GroupHooks no_hooks_;
   GroupHooks* hooks_ = &no_hooks_;
+  std::vector<MoeLayerStats> moe_stats_;  // [n_layer] for MoE families
+  float loss_scale_ = 0.0f;               // grad_scale of the last loss with backward
 };
 
 }  // namespace strata

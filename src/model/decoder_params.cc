@@ -64,9 +64,9 @@ void init_param_elements(const ModelConfig& config, const ParamInfo& info, uint6
     std::fill(out, out + count, 0.0f);
     return;
   }
-  const bool residual = ends_with(info.name, "attn.o.weight") ||
-                        ends_with(info.name, "mlp.proj.weight") ||
-                        ends_with(info.name, "mlp.down.weight");
+  const bool residual =
+      ends_with(info.name, "attn.o.weight") || ends_with(info.name, "mlp.proj.weight") ||
+      ends_with(info.name, "mlp.down.weight") || ends_with(info.name, "moe.experts.down.weight");
   const float std = residual
                         ? config.init_std / std::sqrt(2.0f * static_cast<float>(config.n_layer))
                         : config.init_std;

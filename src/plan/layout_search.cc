@@ -23,6 +23,8 @@ std::vector<int64_t> powers_of_two_up_to(int64_t limit) {
 // checked without exceptions: the search builds thousands of candidates).
 bool splits(const ModelConfig& m, int64_t tp, int64_t pp, int64_t vpp, bool sp, int64_t rows) {
   const int64_t kv = m.kv_heads();
+  // The MoE FFN runs whole in each data-parallel rank so far (run/config_validate.cc).
+  if (m.moe.enabled() && (tp > 1 || pp > 1)) return false;
   if (m.n_head % tp != 0 || (kv % tp != 0 && tp % kv != 0)) return false;
   if (m.d_ff % tp != 0 || m.vocab_size % tp != 0) return false;
   if (sp && rows % tp != 0) return false;

@@ -20,7 +20,7 @@
 namespace strata {
 
 double model_flops_per_token(const ModelConfig& model, int64_t seq_len) {
-  const double n = static_cast<double>(model.num_params(false));
+  const double n = static_cast<double>(model.num_active_params(false));
   return 6.0 * n + 12.0 * static_cast<double>(model.n_layer) * static_cast<double>(model.d_model) *
                        static_cast<double>(seq_len);
 }
@@ -54,6 +54,9 @@ double ms(double s) {
 struct Shapes {
   double b = 0, t = 0, n = 0, ns = 0, c = 0, hd = 0, nh = 0, nkv = 0, q = 0, a = 0, f = 0, F = 0,
          V = 0, max_seq = 0;
+  // MoE (mixtral): f is the width of the top_k experts a token runs through; the router's
+  // columns (experts) and the idle experts' parameters of a layer.
+  double router = 0, idle_params = 0;
   bool gpt2 = true, flash = false, lowp = false, bf16 = false, cpu = false, tied = true, sp = false;
   int64_t tp = 1;
 };
@@ -73,7 +76,7 @@ struct LayerWork {
 LayerWork layer_work(const Shapes& s, const Rates& r) {
   using namespace perf;
   LayerWork w;
-  w.gemm_fwd = 2 * s.n * (s.c * s.q + s.a * s.c + s.c * s.F + s.f * s.c);
+  w.gemm_fwd = 2 * s.n * (s.c * s.q + s.a * s.c + s.c * s.F + s.f * s.c + s.c * s.router);
   // S = Q K^T and O = P V over the causal triangle: t(t+1)/2 keys per head and row pair.
   w.attn_fwd = 2 * s.b * s.nh * s.hd * s.t * (s.t + 1);
   // Backward: dP, dS, dQ, dK, dV (4 products, 2x) for naive attention; flash also recomputes S
@@ -109,7 +112,7 @@ LayerWork layer_work(const Shapes& s, const Rates& r) {
 
 // Parameters of one tp rank's share of a layer, of the embedding and of the head.
 double layer_params(const Shapes& s) {
-  double p = s.c * s.q + s.a * s.c + s.c * s.F + s.f * s.c;
+  double p = s.c * s.q + s.a * s.c + s.c * s.F + s.f * s.c + s.c * s.router + s.idle_params;
   p += s.gpt2 ? s.q + s.c + s.f + s.c + 4 * s.c : 2 * s.c;
   return p;
 }
@@ -165,6 +168,12 @@ StepEstimate estimate_step(const RunConfig& config, int64_t world, const Cluster
   s.q = (s.nh + 2 * s.nkv) * s.hd;
   s.a = s.nh * s.hd;
   s.f = static_cast<double>(model.d_ff / tp);
+  if (model.moe.enabled()) {  // tp 1: the layout search and validation allow nothing else yet
+    const double fe = static_cast<double>(model.expert_ffn()), k = double(model.moe.top_k);
+    s.f = k * fe;
+    s.router = static_cast<double>(model.moe.experts);
+    s.idle_params = (s.router - k) * 3 * s.c * fe;
+  }
   s.gpt2 = model.family == ModelFamily::gpt2;
   s.F = s.gpt2 ? s.f : 2 * s.f;
   s.V = static_cast<double>(model.vocab_size / tp);

@@ -36,7 +36,8 @@ StepEstimate estimate_step(const RunConfig& config, int64_t world, const Cluster
                            bool explain = true);
 
 // Model FLOPs of one token for training (forward + backward, no recomputation) as Megatron-LM and
-// PaLM count them and as the trainer reports MFU: 6 N + 12 L C T, N without the position table.
+// PaLM count them and as the trainer reports MFU: 6 N + 12 L C T, N without the position table
+// and, of an MoE layer, with only the top_k experts a token runs through.
 double model_flops_per_token(const ModelConfig& model, int64_t seq_len);
 
 // Pipeline time of one step: m micro-batches through stages whose per-micro-batch times (forward

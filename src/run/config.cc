@@ -90,6 +90,15 @@ const Field kFields[] = {
     STRATA_FIELD(model, tie_embeddings),
     STRATA_FIELD(model, init_std),
     STRATA_FIELD(model, attention),
+    STRATA_FIELD(model.moe, experts),
+    STRATA_FIELD(model.moe, top_k),
+    STRATA_FIELD(model.moe, expert_ffn),
+    STRATA_FIELD(model.moe, gating),
+    STRATA_FIELD(model.moe, normalize_topk),
+    STRATA_FIELD(model.moe, routed_scale),
+    STRATA_FIELD(model.moe, aux_loss_coeff),
+    STRATA_FIELD(model.moe, z_loss_coeff),
+    STRATA_FIELD(model.moe, capacity_factor),
     STRATA_FIELD(train, steps),
     STRATA_FIELD(train, seed),
     STRATA_FIELD(train, batch_size),
@@ -196,9 +205,10 @@ const Field kFields[] = {
 
 #undef STRATA_FIELD
 
-const char* const kSections[] = {
-    "model",  "train", "optim", "data",    "data.filters", "run",     "system",     "parallel",
-    "sample", "fp16",  "fault", "anomaly", "track",        "profile", "post_train", "mlflow"};
+const char* const kSections[] = {"model",        "model.moe", "train",   "optim",    "data",
+                                 "data.filters", "run",       "system",  "parallel", "sample",
+                                 "fp16",         "fault",     "anomaly", "track",    "profile",
+                                 "post_train",   "mlflow"};
 
 const Field* find_field(const std::string& key) {
   for (const Field& f : kFields)

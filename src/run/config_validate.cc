@@ -125,6 +125,19 @@ void validate_config(RunConfig& c, const std::string& where) {
   check(!c.train.activation_offload || p.pp == 1, where,
         "train.activation_offload = true needs parallel.pp = 1: a pipeline stage holds several "
         "micro-batches' activations at once, which the offload's window does not");
+  if (c.model.moe.enabled()) {
+    // The MoE FFN (mixtral) runs whole in one process per data-parallel rank, in f32, on the CPU
+    // (GitHub issue 21's first step); the Decoder refuses the same combinations.
+    const char* moe = "model.moe.experts > 0 (family mixtral)";
+    check(p.tp == 1 && !p.sp, where, moe,
+          " does not run with tensor or sequence parallelism yet: set parallel.tp = 1");
+    check(p.pp == 1, where, moe,
+          " does not run with pipeline parallelism yet: set parallel.pp = 1");
+    check(t.precision == Precision::f32, where, moe,
+          " trains in f32 only so far: set train.precision = \"f32\"");
+    check(c.system.device == Device::cpu, where, moe,
+          " runs on the CPU only so far: set system.device = \"cpu\"");
+  }
   check(p.vpp >= 1, where, "parallel.vpp: must be at least 1, got ", p.vpp);
   check(p.vpp == 1 || p.pp > 1, where, "parallel.vpp = ", p.vpp,
         " needs parallel.pp > 1 (virtual stages interleave chunks across pipeline ranks)");

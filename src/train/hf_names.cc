@@ -79,11 +79,12 @@ struct HfFamily {
 };
 constexpr HfFamily kHfFamilies[] = {{ModelFamily::gpt2, "GPT2LMHeadModel", "gpt2"},
                                     {ModelFamily::llama, "LlamaForCausalLM", "llama"},
-                                    {ModelFamily::qwen3, "Qwen3ForCausalLM", "qwen3"}};
+                                    {ModelFamily::qwen3, "Qwen3ForCausalLM", "qwen3"},
+                                    {ModelFamily::mixtral, "MixtralForCausalLM", "mixtral"}};
 const HfFamily& hf_family(ModelFamily family) {
   for (const HfFamily& f : kHfFamilies)
     if (f.family == family) return f;
-  fail("unknown model family ", static_cast<int>(family));
+  fail("the ", family_name(family), " family has no Hugging Face mapping");
 }
 }  // namespace
 
@@ -92,6 +93,7 @@ const char* architecture(ModelFamily family) {
 }
 
 std::vector<Rule> rules(const ModelConfig& c) {
+  hf_family(c.family);  // throws for a family without a mapping
   const int64_t C = c.d_model, nq = c.n_head * c.head_dim(), nkv = c.kv_heads() * c.head_dim();
   const int64_t F = c.d_ff, V = c.vocab_size, qkv = nq + 2 * nkv;
   std::vector<Rule> out;
@@ -140,6 +142,22 @@ std::vector<Rule> rules(const ModelConfig& c) {
         add(p + "attn.k_norm.weight", {c.head_dim()}, h + "self_attn.k_norm.weight");
       }
       add(p + "mlp_norm.weight", {C}, h + "post_attention_layernorm.weight");
+      if (c.family == ModelFamily::mixtral) {
+        // Each expert's w1 (gate) and w3 (up) are rows of gate_up[j], w2 (down) is down[j].
+        const int64_t E = c.moe.experts, Fe = c.expert_ffn();
+        const std::string moe = h + "block_sparse_moe.";
+        add(p + "moe.router.weight", {E, C}, moe + "gate.weight");
+        for (int64_t j = 0; j < E; ++j) {
+          const std::string x = moe + "experts." + std::to_string(j) + ".";
+          add(p + "moe.experts.gate_up.weight", {E, 2 * Fe, C}, x + "w1.weight", Placement::slice,
+              {Fe, C}, 2 * j * Fe * C);
+          add(p + "moe.experts.gate_up.weight", {E, 2 * Fe, C}, x + "w3.weight", Placement::slice,
+              {Fe, C}, (2 * j + 1) * Fe * C);
+          add(p + "moe.experts.down.weight", {E, C, Fe}, x + "w2.weight", Placement::slice, {C, Fe},
+              j * C * Fe);
+        }
+        continue;
+      }
       add(p + "mlp.gate.weight", {F, C}, h + "mlp.gate_proj.weight");
       add(p + "mlp.up.weight", {F, C}, h + "mlp.up_proj.weight");
       add(p + "mlp.down.weight", {C, F}, h + "mlp.down_proj.weight");
@@ -150,6 +168,14 @@ std::vector<Rule> rules(const ModelConfig& c) {
   return out;
 }
 
+namespace {
+int64_t numel_of(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+}  // namespace
+
 bool is_ignored_buffer(const std::string& n) {
   return ends_with(n, ".attn.bias") || ends_with(n, ".attn.masked_bias") ||
          ends_with(n, ".rotary_emb.inv_freq");
@@ -157,6 +183,9 @@ bool is_ignored_buffer(const std::string& n) {
 
 void place(const Rule& r, const float* s, float* h) {
   switch (r.placement) {
+    case Placement::slice:
+      std::copy(s + r.offset, s + r.offset + numel_of(r.hf_shape), h);
+      return;
     case Placement::same:
     case Placement::segment: {
       int64_t n = 1;
@@ -176,6 +205,9 @@ void place(const Rule& r, const float* s, float* h) {
 
 void extract(const Rule& r, const float* h, float* s) {
   switch (r.placement) {
+    case Placement::slice:
+      std::copy(h, h + numel_of(r.hf_shape), s + r.offset);
+      return;
     case Placement::same:
     case Placement::segment: {
       int64_t n = 1;
@@ -214,7 +246,7 @@ nlohmann::json config_json(const ModelConfig& c, int64_t eos) {
     j["vocab_size"] = c.vocab_size;
     j["max_position_embeddings"] = c.max_seq_len;
     j["hidden_size"] = c.d_model;
-    j["intermediate_size"] = c.d_ff;
+    j["intermediate_size"] = c.family == ModelFamily::mixtral ? c.expert_ffn() : c.d_ff;
     j["num_hidden_layers"] = c.n_layer;
     j["num_attention_heads"] = c.n_head;
     j["num_key_value_heads"] = c.kv_heads();
@@ -235,6 +267,21 @@ nlohmann::json config_json(const ModelConfig& c, int64_t eos) {
       j["use_sliding_window"] = false;
       j["sliding_window"] = nullptr;
       j["max_window_layers"] = c.n_layer;
+    } else if (c.family == ModelFamily::mixtral) {
+      // Mixtral routes by softmax, top-k renormalised, unscaled: nothing else can be written.
+      const MoeConfig& m = c.moe;
+      STRATA_CHECK(m.gating == kernels::MoeGating::softmax_topk && m.normalize_topk &&
+                       m.routed_scale == 1.0f,
+                   "export: MixtralForCausalLM routes by softmax top-k, renormalised and unscaled; "
+                   "this model has model.moe.gating = \"",
+                   enum_name(m.gating), "\", normalize_topk = ", m.normalize_topk,
+                   ", routed_scale = ", m.routed_scale);
+      j["num_local_experts"] = m.experts;
+      j["num_experts_per_tok"] = m.top_k;
+      j["router_aux_loss_coef"] = shortest(m.aux_loss_coeff);
+      j["output_router_logits"] = false;
+      j["router_jitter_noise"] = 0.0;
+      j["sliding_window"] = nullptr;
     } else {
       j["mlp_bias"] = false;
     }
@@ -267,7 +314,8 @@ ModelConfig model_from_config_json(const nlohmann::json& j, const std::string& s
   if (!known) {
     fail(source, ": \"architectures\" = [\"", arch, "\"] (\"model_type\" = \"", type,
          "\") is not supported: strata imports GPT2LMHeadModel (model_type \"gpt2\"), "
-         "LlamaForCausalLM (model_type \"llama\") and Qwen3ForCausalLM (model_type \"qwen3\")");
+         "LlamaForCausalLM (model_type \"llama\"), Qwen3ForCausalLM (model_type \"qwen3\") "
+         "and MixtralForCausalLM (model_type \"mixtral\")");
   }
   c.family = known->family;
   c.vocab_size = f.integer("vocab_size");
@@ -343,6 +391,18 @@ ModelConfig model_from_config_json(const nlohmann::json& j, const std::string& s
           STRATA_CHECK(t == "full_attention", source, ": \"layer_types\" holds ", t.dump(),
                        ": strata's layers all use full causal attention");
       }
+    } else if (c.family == ModelFamily::mixtral) {
+      // Mixtral's intermediate_size is each expert's width.
+      c.moe.experts = f.integer("num_local_experts");
+      c.moe.top_k = f.integer("num_experts_per_tok", 2);
+      // (strata's d_ff is that width too: expert_ffn 0 means d_ff)
+      c.moe.aux_loss_coeff = f.number("router_aux_loss_coef", 0.02);
+      STRATA_CHECK(!f.find("sliding_window"), source, ": \"sliding_window\" = ",
+                   f.find("sliding_window") ? f.find("sliding_window")->dump() : "",
+                   " is not supported: strata's attention is causal over the whole sequence; "
+                   "set it to null");
+      STRATA_CHECK(f.number("router_jitter_noise", 0.0) == 0.0f, source,
+                   ": \"router_jitter_noise\" is not supported: strata's router adds no noise");
     } else {
       f.require("mlp_bias", false, "strata's llama MLP has no biases");
     }

@@ -1,7 +1,11 @@
 // Hugging Face transformers naming: how strata's global parameters map onto the tensors of a
 // GPT2LMHeadModel (gpt2 family), LlamaForCausalLM (llama family, Llama 2 and 3.x: rope_scaling
 // "llama3") or Qwen3ForCausalLM (qwen3 family: llama's names plus
-// model.layers.i.self_attn.{q,k}_norm.weight = layers.i.attn.{q,k}_norm.weight, and head_dim),
+// model.layers.i.self_attn.{q,k}_norm.weight = layers.i.attn.{q,k}_norm.weight, and head_dim)
+// or MixtralForCausalLM (mixtral family: llama's attention names; the router
+// layers.i.moe.router.weight = model.layers.i.block_sparse_moe.gate.weight, and expert j's
+// block_sparse_moe.experts.j.{w1,w3}.weight = rows [0, F) and [F, 2F) of
+// layers.i.moe.experts.gate_up.weight[j], its w2.weight = layers.i.moe.experts.down.weight[j]),
 // and how a ModelConfig maps onto their config.json. The export (hf_export.h) and the import
 // (hf_import.h) both walk these rules, so that a round trip is exact by construction.
 //
@@ -38,6 +42,7 @@ enum class Placement {
   transposed,  // strata [rows, cols] is the HF tensor [cols, rows] transposed
   columns,     // strata [rows, in] is HF [in, total] columns [offset, offset + rows), transposed
   segment,     // strata [n] is HF [total] elements [offset, offset + n)
+  slice,       // the HF tensor is strata elements [offset, offset + its size) (one expert)
 };
 
 struct Rule {
@@ -46,14 +51,16 @@ struct Rule {
   std::string hf;              // the Hugging Face tensor, e.g. "transformer.h.0.attn.c_attn.weight"
   std::vector<int64_t> hf_shape;  // that tensor's shape
   Placement placement = Placement::same;
-  int64_t offset = 0;  // columns/segment: where the strata parameter starts in the HF tensor
+  int64_t offset = 0;  // columns/segment: where the strata parameter starts in the HF tensor;
+                       // slice: where the HF tensor starts in the strata parameter
 };
 
-// One rule per strata global parameter of `config` (finalized), in registration order.
+// One rule per strata global parameter of `config` (finalized), in registration order; a
+// mixtral expert tensor has one rule per expert piece (slice).
 std::vector<Rule> rules(const ModelConfig& config);
 
-// The architecture name transformers loads: "GPT2LMHeadModel", "LlamaForCausalLM" or
-// "Qwen3ForCausalLM".
+// The architecture name transformers loads: "GPT2LMHeadModel", "LlamaForCausalLM",
+// "Qwen3ForCausalLM" or "MixtralForCausalLM".
 const char* architecture(ModelFamily family);
 
 // Tensors a Hugging Face checkpoint may hold that are not parameters (causal-mask buffers of old

@@ -332,8 +332,11 @@ StepResult Trainer::train_step() {
       if (offload_hooks_) offload_hooks_->begin_micro_batch(micro == m - 1);
       loss += model_->forward_backward(inputs_, targets_, grad_scale);
       r.compute_s += seconds_since(tick);
+      record_moe(r, micro == m - 1);
     }
     loss /= static_cast<double>(m);
+    r.moe_aux_loss /= static_cast<double>(m);
+    r.moe_z_loss /= static_cast<double>(m);
   }
   if (groups_->tp().size() > 1) {
     r.tp_comm_s = groups_->tp().stats().total_wait_seconds();
@@ -435,6 +438,15 @@ std::vector<float> Trainer::global_grads() {
   return to_global(local_full(sharded ? dp_->shard_grads() : model_->params().grads(), sharded));
 }
 
+void Trainer::record_moe(StepResult& r, bool last_micro_batch) const {
+  for (const MoeLayerStats& st : model_->moe_stats()) {
+    r.moe_aux_loss += st.aux_loss;
+    r.moe_z_loss += st.z_loss;
+    r.moe_dropped += st.dropped;
+    if (last_micro_batch) r.moe_tokens_per_expert.push_back(st.tokens_per_expert);
+  }
+}
+
 void Trainer::write_metrics(const StepResult& r, double tokens_per_s, double mfu, double val_loss) {
   nlohmann::json j;
   j["step"] = r.step;
@@ -484,6 +496,11 @@ void Trainer::write_metrics(const StepResult& r, double tokens_per_s, double mfu
   mem["total"] = stats.total_current;
   j["mem"] = mem;
   if (!std::isnan(val_loss)) j["val_loss"] = val_loss;
+  if (!model_->moe_stats().empty())
+    j["moe"] = {{"aux_loss", r.moe_aux_loss},
+                {"z_loss", r.moe_z_loss},
+                {"dropped", r.moe_dropped},
+                {"tokens_per_expert", r.moe_tokens_per_expert}};
   const CommStats cs = groups_->stats();  // zero for a process that runs alone
   j["comm_bytes"] = cs.total_bytes();
   j["comm_wait_s"] = cs.total_wait_seconds();

@@ -50,6 +50,13 @@ struct StepResult {
   // Tensor-parallel collectives sit inside forward and backward and are waited for at once:
   // their wait is taken out of compute_s and reported here (exposed communication).
   double tp_comm_s = 0;
+  // MoE families (model/moe_ffn.h), this rank's: the balancing losses (each times its
+  // coefficient, summed over layers, mean over micro-batches; not part of `loss`), assignments
+  // dropped over capacity (summed over layers and micro-batches), and the last micro-batch's
+  // assignments per expert of each layer.
+  double moe_aux_loss = 0, moe_z_loss = 0;
+  int64_t moe_dropped = 0;
+  std::vector<std::vector<int64_t>> moe_tokens_per_expert;
   // fp16: the loss scale this step ran with, and whether its gradients overflowed (then the
   // update was skipped and the scale backed off).
   double loss_scale = 1;
@@ -135,6 +142,8 @@ class Trainer {
   HostState host_state(bool download = true);
   void upload_state(const HostState& s);
   void write_metrics(const StepResult& r, double tokens_per_s, double mfu, double val_loss);
+  // Adds the MoE layers' record of the micro-batch just run to r (StepResult::moe_*).
+  void record_moe(StepResult& r, bool last_micro_batch) const;
   void sample_at_end();
   bool is_rank0() const { return rank_ == 0; }
   double mean_over_dp(double value);

@@ -83,6 +83,10 @@ TEST(ActivationOffload, BitwiseTheGradientsOfKeepingEverything) {
   // Naive attention keeps the probabilities (none) or recomputes them from the uploaded q, k.
   cases.push_back({ModelFamily::gpt2, DType::f32, Recompute::none, AttentionKernel::naive});
   cases.push_back({ModelFamily::llama, DType::bf16, Recompute::selective, AttentionKernel::naive});
+  // The MoE layer's kept tensors, int32 and int64 among them (mixtral trains in f32 only).
+  for (Recompute recompute : {Recompute::none, Recompute::selective})
+    cases.push_back({ModelFamily::mixtral, DType::f32, recompute, AttentionKernel::flash});
+  cases.push_back({ModelFamily::mixtral, DType::f32, Recompute::selective, AttentionKernel::naive});
   for (const Case& c : cases) {
     const Result want = run(c, nullptr, false);
     const Result cpu = run(c, nullptr, true);

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
 
 #include "core/philox.h"
 #include "model/decoder.h"
@@ -22,7 +23,20 @@ ModelConfig tiny(ModelFamily family) {
   c.vocab_size = 97;
   c.max_seq_len = 16;
   c.tie_embeddings = family == ModelFamily::gpt2;
+  if (family == ModelFamily::mixtral) c.moe.experts = 4;  // top-2, experts d_ff wide
   return c;
+}
+
+// The family's residual output projection of the FFN (initialised with std / sqrt(2L)).
+std::string ffn_projection(ModelFamily family) {
+  switch (family) {
+    case ModelFamily::gpt2:
+      return "layers.0.mlp.proj.weight";
+    case ModelFamily::mixtral:
+      return "layers.0.moe.experts.down.weight";
+    default:
+      return "layers.0.mlp.down.weight";
+  }
 }
 
 class DecoderFamilies : public ::testing::TestWithParam<ModelFamily> {};
@@ -44,7 +58,7 @@ TEST_P(DecoderFamilies, FusedProjectionsAreAdjacentAndGroupsInBackwardOrder) {
   for (const std::string l : {"layers.0.", "layers.1."}) {
     EXPECT_EQ(off(l + "attn.k.weight"), off(l + "attn.q.weight") + numel(l + "attn.q.weight"));
     EXPECT_EQ(off(l + "attn.v.weight"), off(l + "attn.k.weight") + numel(l + "attn.k.weight"));
-    if (GetParam() != ModelFamily::gpt2) {
+    if (GetParam() == ModelFamily::llama || GetParam() == ModelFamily::qwen3) {
       EXPECT_EQ(off(l + "mlp.up.weight"),
                 off(l + "mlp.gate.weight") + numel(l + "mlp.gate.weight"));
     }
@@ -73,12 +87,9 @@ TEST_P(DecoderFamilies, InitDependsOnlyOnSeedNameAndIndex) {
   const float* q = p.param(p.index_of(name));
   for (int64_t e : {0, 7, 500})
     EXPECT_EQ(q[e], static_cast<float>(0.02f * rng.normal(static_cast<uint64_t>(e))));
-  const float* proj = p.param(p.index_of(
-      GetParam() == ModelFamily::gpt2 ? "layers.0.mlp.proj.weight" : "layers.0.mlp.down.weight"));
+  const float* proj = p.param(p.index_of(ffn_projection(GetParam())));
   double s2 = 0;
-  const int64_t n = p.info(p.index_of(GetParam() == ModelFamily::gpt2 ? "layers.0.mlp.proj.weight"
-                                                                      : "layers.0.mlp.down.weight"))
-                        .numel;
+  const int64_t n = p.info(p.index_of(ffn_projection(GetParam()))).numel;
   for (int64_t e = 0; e < n; ++e) s2 += static_cast<double>(proj[e]) * proj[e];
   EXPECT_NEAR(std::sqrt(s2 / n), 0.02 / std::sqrt(4.0), 0.002) << "residual projections scaled";
   a.init(43);
@@ -184,7 +195,7 @@ TEST(Decoder, BadShapesAreClearErrors) {
 
 INSTANTIATE_TEST_SUITE_P(Families, DecoderFamilies,
                          ::testing::Values(ModelFamily::gpt2, ModelFamily::llama,
-                                           ModelFamily::qwen3),
+                                           ModelFamily::qwen3, ModelFamily::mixtral),
                          [](const auto& param_info) {
                            return std::string(family_name(param_info.param));
                          });

@@ -2,7 +2,8 @@
 // head and embedding) against central finite differences of its loss, through the real Decoder:
 // the kernels have their own finite-difference tests (tests/kernels), this checks that a block
 // wires them together right. Above all for the families added through the block seam, Qwen3
-// (per-head q/k norms, heads wider than d_model / n_head) and Llama 3.x (RoPE rescaling).
+// (per-head q/k norms, heads wider than d_model / n_head), Llama 3.x (RoPE rescaling) and
+// Mixtral (the MoE FFN, its balancing losses part of the objective, with and without drops).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -28,11 +29,41 @@ std::vector<Family> families() {
   llama3.rope_original_max_seq_len = 64;
   llama3.rope_factor = 8.0;
   ModelConfig qwen3_tied = testing::tiny_model(ModelFamily::qwen3, AttentionKernel::naive, true);
+  // Mixtral: top-2 of 4 experts with both balancing losses, weighted so that they matter; then
+  // with a capacity that drops assignments (ceil(0.5 * 24 * 2 / 4) = 6 rows per expert).
+  ModelConfig mixtral = testing::tiny_model(ModelFamily::mixtral);
+  mixtral.moe.aux_loss_coeff = 0.1f;
+  mixtral.moe.z_loss_coeff = 0.05f;
+  ModelConfig mixtral_capacity = mixtral;
+  mixtral_capacity.moe.capacity_factor = 0.5;
+  // DeepSeek-V3's gating (sigmoid scores, renormalised, scaled) and Switch's (top-1, the softmax
+  // probability itself as the weight).
+  ModelConfig mixtral_sigmoid = mixtral;
+  mixtral_sigmoid.moe.gating = kernels::MoeGating::sigmoid_bias;
+  mixtral_sigmoid.moe.routed_scale = 2.5f;
+  ModelConfig mixtral_top1 = mixtral;
+  mixtral_top1.moe.top_k = 1;
+  mixtral_top1.moe.normalize_topk = false;
   return {{"gpt2", testing::tiny_model(ModelFamily::gpt2)},
           {"llama", testing::tiny_model(ModelFamily::llama)},
           {"llama3", llama3},
           {"qwen3", testing::tiny_model(ModelFamily::qwen3)},
-          {"qwen3_tied", qwen3_tied}};
+          {"qwen3_tied", qwen3_tied},
+          {"mixtral", mixtral},
+          {"mixtral_capacity", mixtral_capacity},
+          {"mixtral_sigmoid", mixtral_sigmoid},
+          {"mixtral_top1", mixtral_top1}};
+}
+
+// What an MoE model's last forward routed, per layer: tokens per expert and drops (empty for a
+// dense model). A finite-difference step that changes it is not a derivative.
+std::vector<int64_t> routing(const Decoder& m) {
+  std::vector<int64_t> out;
+  for (const MoeLayerStats& st : m.moe_stats()) {
+    out.insert(out.end(), st.tokens_per_expert.begin(), st.tokens_per_expert.end());
+    out.push_back(st.dropped);
+  }
+  return out;
 }
 
 TEST(FamilyGradients, BackwardMatchesFiniteDifferences) {
@@ -48,6 +79,8 @@ TEST(FamilyGradients, BackwardMatchesFiniteDifferences) {
     ParamStore& p = m.params();
     p.zero_grads();
     m.forward_backward(in.data(), tg.data(), 1.0f / float(b * t));  // grads of the mean loss
+    const std::vector<int64_t> base_routing = routing(m);
+    int rerouted = 0;
     // The 3 largest-gradient elements of every tensor, against (L(x + e) - L(x - e)) / 2e.
     int checked = 0;
     for (int i = 0; i < p.count(); ++i) {
@@ -61,21 +94,45 @@ TEST(FamilyGradients, BackwardMatchesFiniteDifferences) {
       for (int k = 0; k < std::min<int64_t>(3, info.numel); ++k) {
         const int64_t e = order[static_cast<size_t>(k)];
         float* x = p.param(i) + e;
-        const float x0 = *x, eps = 1e-2f * std::max(1.0f, std::abs(x0));
-        *x = x0 + eps;
-        const double up = m.forward(in.data(), tg.data(), b, t);
-        *x = x0 - eps;
-        const double down = m.forward(in.data(), tg.data(), b, t);
-        *x = x0;
-        const double numeric = (up - down) / (double(x0 + eps) - double(x0 - eps));
-        const double analytic = g[e];
-        // f32 losses over a 2e step: about 1e-6 / 2e-2 absolute noise, plus the O(eps^2) term.
-        EXPECT_NEAR(analytic, numeric, 2e-2 * std::abs(numeric) + 2e-4)
-            << f.name << " " << info.name << "[" << e << "]";
+        const float x0 = *x;
+        // The objective: the mean token loss plus (MoE) the layers' balancing losses.
+        auto objective = [&] { return m.forward(in.data(), tg.data(), b, t) + m.moe_loss(); };
+        // The experts' choice is piecewise constant: a step that changes it is no derivative.
+        // Such an element is tried again with a step 4 times smaller, then left out.
+        bool done = false;
+        for (const float step : {1e-2f, 2.5e-3f}) {
+          const float eps = step * std::max(1.0f, std::abs(x0));
+          *x = x0 + eps;
+          const double up = objective();
+          const bool same_up = routing(m) == base_routing;
+          *x = x0 - eps;
+          const double down = objective();
+          const bool same_down = routing(m) == base_routing;
+          *x = x0;
+          if (!same_up || !same_down) continue;
+          const double numeric = (up - down) / (double(x0 + eps) - double(x0 - eps));
+          const double analytic = g[e];
+          // f32 losses over a 2e step: about 1e-6 / 2e absolute noise, plus the O(eps^2) term.
+          EXPECT_NEAR(analytic, numeric, 2e-2 * std::abs(numeric) + 2e-6 / step)
+              << f.name << " " << info.name << "[" << e << "] step " << step;
+          done = true;
+          break;
+        }
+        if (!done) {
+          ++rerouted;
+          continue;
+        }
         ++checked;
       }
     }
     EXPECT_GT(checked, 20) << f.name;
+    EXPECT_LE(rerouted, checked / 10) << f.name;
+    if (c.moe.experts > 0) {
+      EXPECT_GT(m.moe_stats()[0].aux_loss, 0.0) << f.name;
+      EXPECT_GT(m.moe_stats()[0].z_loss, 0.0) << f.name;
+      EXPECT_EQ(m.moe_stats()[0].dropped > 0, c.moe.capacity_factor > 0) << f.name;
+      EXPECT_GE(p.index_of("layers.1.moe.experts.gate_up.weight"), 0) << f.name;
+    }
     if (c.family == ModelFamily::qwen3) {
       EXPECT_GE(p.index_of("layers.1.attn.k_norm.weight"), 0) << "qwen3 registers its head norms";
     }

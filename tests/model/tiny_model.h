@@ -1,5 +1,6 @@
-// The small decoders the model tests build on: 2 layers, 4 query heads (2 kv heads for llama and
-// qwen3, whose heads are 12 wide instead of d_model / n_head = 16),
+// The small decoders the model tests build on: 2 layers, 4 query heads (2 kv heads for llama,
+// qwen3 and mixtral; qwen3's heads are 12 wide instead of d_model / n_head = 16; mixtral routes
+// each token to 2 of 4 experts 32 wide),
 // d_model 64, a vocabulary of 101, up to 16 positions; and reproducible token ids for them.
 #pragma once
 #include <cstdint>
@@ -23,6 +24,10 @@ inline ModelConfig tiny_model(ModelFamily family, AttentionKernel attention, boo
   c.max_seq_len = 16;
   c.tie_embeddings = tied;
   c.attention = attention;
+  if (family == ModelFamily::mixtral) {  // top-2 of 4 experts, each 32 wide
+    c.moe.experts = 4;
+    c.moe.expert_ffn = 32;
+  }
   return c;
 }
 

@@ -19,6 +19,20 @@ RunConfig config_file(const std::string& name, const std::vector<std::string>& o
 
 const char* kA100 = "a100-80gb-x8-ib200";
 
+// The MoE family runs data parallel only so far: the search offers nothing else.
+TEST(LayoutSearch, MixtralIsSearchedOverDataParallelLayoutsOnly) {
+  const RunConfig config = config_file("mixtral-tiny.toml");
+  SearchOptions options;
+  options.gpus = 8;
+  const SearchResult result = search_layouts(config, load_cluster_profile(kA100), options);
+  ASSERT_FALSE(result.ranked.empty());
+  for (const PlannedLayout& l : result.ranked) {
+    EXPECT_EQ(l.config.parallel.tp, 1) << l.describe();
+    EXPECT_EQ(l.config.parallel.pp, 1) << l.describe();
+    EXPECT_FALSE(l.config.parallel.sp) << l.describe();
+  }
+}
+
 TEST(LayoutSearch, PureDataParallel130BDoesNotFitAndTensorTimesPipelineDoes) {
   const RunConfig config = config_file("plan/gpt-130b.toml");
   EXPECT_GT(config.model.num_params(), 125e9);

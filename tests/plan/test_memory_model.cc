@@ -194,7 +194,14 @@ TEST(MemoryModel, OneProcessMatchesTheArenaExactly) {
            {"train.activation_offload=true"},
            {"train.activation_offload=true", "train.precision=bf16", "train.recompute=selective",
             "model.attention=naive"},
-           {"train.grad_accum=3", "train.seq_len=16"}}) {
+           {"train.grad_accum=3", "train.seq_len=16"},
+           // The MoE layer's kept tensors and scratch (mixtral: f32 only).
+           {"model.family=mixtral", "model.n_kv_head=2", "model.moe.experts=4"},
+           {"model.family=mixtral", "model.n_kv_head=2", "model.moe.experts=4",
+            "model.moe.z_loss_coeff=0.01", "model.moe.capacity_factor=1.5",
+            "model.moe.expert_ffn=48", "train.recompute=full", "train.recompute_layers=1"},
+           {"model.family=mixtral", "model.n_kv_head=2", "model.moe.experts=4",
+            "train.activation_offload=true", "train.recompute=selective"}}) {
     const RunConfig c = small(dir, sets);
     expect_equal(build_single(c, dir), estimate_rank_memory(c, 1, 0, with_threads(false)),
                  joined(sets));

@@ -117,6 +117,24 @@ TEST(PerfModel, FlopsPerTokenOfGpt2) {
   EXPECT_FALSE(e.explain.empty());
 }
 
+// Mixtral 8x7B: 46.7B parameters, of which a token runs through 12.9B (2 of 8 experts). MFU
+// and the executed GEMMs count the active ones (and the router).
+TEST(PerfModel, FlopsPerTokenOfMixtral) {
+  RunConfig c = config(
+      "[model]\nfamily = \"mixtral\"\nn_layer = 32\nn_head = 32\nn_kv_head = 8\n"
+      "d_model = 4096\nd_ff = 14336\nvocab_size = 32000\nmax_seq_len = 4096\n"
+      "tie_embeddings = false\nattention = \"flash\"\n[model.moe]\nexperts = 8\n"
+      "[train]\nbatch_size = 1\nseq_len = 4096\n");
+  const ModelConfig& m = c.model;
+  EXPECT_NEAR(static_cast<double>(m.num_params()), 46.70e9, 0.01e9);
+  const double N = static_cast<double>(m.num_active_params(false));
+  EXPECT_NEAR(N, 12.88e9, 0.01e9);
+  EXPECT_DOUBLE_EQ(model_flops_per_token(m, 4096), 6 * N + 12.0 * 32 * 4096 * 4096);
+  const StepEstimate e = estimate_step(c, 8, load_cluster_profile("h100"));
+  const double executed = 6 * N + 6.0 * 32 * 4096 * 4097;
+  EXPECT_NEAR(e.hardware_flops / (8 * 4096) / executed, 1.0, 0.01);  // dp 8, 4096 tokens each
+}
+
 TEST(PerfModel, LlamaFamilyAndGqa) {
   RunConfig c = config(
       "[model]\nfamily = \"llama\"\nn_layer = 32\nn_head = 32\nn_kv_head = 8\nd_model = 4096\n"

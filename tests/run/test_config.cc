@@ -281,11 +281,27 @@ INSTANTIATE_TEST_SUITE_P(
         BadValue{"[system]\nthreads = -1", "system.threads: must be 0 (all cores) or more"},
         BadValue{"[sample]\ntop_k = -1", "sample.top_k:"},
         BadValue{"[model]\nfamily = \"gpt3\"",
-                 "model.family: unknown value 'gpt3' (expected \"gpt2\", \"llama\" or \"qwen3\")"},
+                 "model.family: unknown value 'gpt3' (expected \"gpt2\", \"llama\", \"qwen3\" or "
+                 "\"mixtral\")"},
         // ModelConfig::finalize's checks surface with the key they name.
         BadValue{"[model]\nn_head = 3", "model.n_head: 3 heads do not divide d_model = 256"},
         BadValue{"[model]\nn_kv_head = 2", "model.n_kv_head:"},
-        BadValue{"[model]\nvocab_size = 1", "model.vocab_size:"}));
+        BadValue{"[model]\nvocab_size = 1", "model.vocab_size:"},
+        // The mixtral family's model.moe keys, and what it does not run with yet.
+        BadValue{"[model]\nfamily = \"mixtral\"\n[model.moe]\nexperts = 4\ntop_k = 5",
+                 "model.moe.top_k: must be in [1, 4]"},
+        BadValue{"[model]\nfamily = \"mixtral\"",
+                 "model.moe.experts: the mixtral family needs at least 2 experts, got 0"},
+        BadValue{"[model.moe]\nexperts = 8", "model.moe.experts: the gpt2 family has a dense MLP"},
+        BadValue{"[model.moe]\ngating = \"relu\"", "model.moe.gating: unknown value 'relu'"},
+        BadValue{"[model]\nfamily = \"mixtral\"\n[model.moe]\nexperts = 4\n[train]\n"
+                 "precision = \"bf16\"",
+                 "model.moe.experts > 0 (family mixtral) trains in f32 only so far: set "
+                 "train.precision = \"f32\""},
+        BadValue{"[model]\nfamily = \"mixtral\"\nattention = \"flash\"\n[model.moe]\n"
+                 "experts = 4\n[system]\ndevice = \"cuda\"",
+                 "model.moe.experts > 0 (family mixtral) runs on the CPU only so far: set "
+                 "system.device = \"cpu\""}));
 
 TEST(Config, OverridesInEveryForm) {
   RunConfig c = parse_config(

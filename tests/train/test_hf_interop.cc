@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <numeric>
 #include <set>
 
 #include "core/arena.h"
@@ -36,7 +37,8 @@ RunConfig tiny(const std::string& family, bool tie, int vocab = 64) {
                                    cat("model.vocab_size=", vocab),
                                    std::string("model.tie_embeddings=") + (tie ? "true" : "false")};
   if (family != "gpt2") sets.insert(sets.end(), {"model.n_kv_head=2", "model.d_ff=48"});
-  if (family == "qwen3") sets.push_back("model.head_dim=12");  // apart from d_model / n_head
+  if (family == "qwen3") sets.push_back("model.head_dim=12");      // apart from d_model / n_head
+  if (family == "mixtral") sets.push_back("model.moe.experts=4");  // top-2, experts d_ff wide
   if (family == "llama3")
     sets.insert(sets.end(),
                 {"model.rope_theta=500000", "model.rope_scaling=llama3", "model.rope_factor=32",
@@ -260,7 +262,8 @@ INSTANTIATE_TEST_SUITE_P(
                       RoundTrip{"llama", false, 0}, RoundTrip{"llama", true, 0},
                       RoundTrip{"gpt2", true, 0.02}, RoundTrip{"llama", false, 0.02},
                       RoundTrip{"llama3", false, 0}, RoundTrip{"qwen3", false, 0},
-                      RoundTrip{"qwen3", true, 0.02}),
+                      RoundTrip{"qwen3", true, 0.02}, RoundTrip{"mixtral", false, 0},
+                      RoundTrip{"mixtral", true, 0.02}),
     [](const ::testing::TestParamInfo<RoundTrip>& param) {
       const RoundTrip& p = param.param;
       return p.family + (p.tie ? "_tied" : "_untied") + (p.shard_mb > 0 ? "_sharded" : "_one_file");
@@ -414,6 +417,49 @@ TEST(HfImport, UnsupportedConfigsNameTheKey) {
       "transformer.h.0.mlp.c_fc.weight' has shape [32, 128]");
   expect_import_error(
       "missing", "gpt2", true, [](auto& j) { j.erase("n_embd"); }, "missing key \"n_embd\"");
+}
+
+// Mixtral: the router is block_sparse_moe.gate, expert j's w1 | w3 are rows [0, F) and [F, 2F) of
+// gate_up[j] and its w2 is down[j]; config.json carries the experts. A router Hugging Face's
+// Mixtral cannot express is refused on export.
+TEST(HfNames, MixtralExpertsAreSlicesOfTheGlobalTensors) {
+  RunConfig run = tiny("mixtral", false);
+  const ModelConfig& m = run.model;
+  const int64_t C = 32, F = 48;
+  std::map<std::string, hf::Rule> by_hf;
+  for (const hf::Rule& r : hf::rules(m)) by_hf[r.hf] = r;
+  const hf::Rule& router = by_hf.at("model.layers.1.block_sparse_moe.gate.weight");
+  EXPECT_EQ(router.strata, "layers.1.moe.router.weight");
+  EXPECT_EQ(router.hf_shape, (std::vector<int64_t>{4, C}));
+  const hf::Rule& w3 = by_hf.at("model.layers.0.block_sparse_moe.experts.2.w3.weight");
+  EXPECT_EQ(w3.strata, "layers.0.moe.experts.gate_up.weight");
+  EXPECT_EQ(w3.placement, hf::Placement::slice);
+  EXPECT_EQ(w3.hf_shape, (std::vector<int64_t>{F, C}));
+  EXPECT_EQ(w3.offset, (2 * 2 + 1) * F * C);
+  const hf::Rule& w2 = by_hf.at("model.layers.0.block_sparse_moe.experts.3.w2.weight");
+  EXPECT_EQ(w2.strata, "layers.0.moe.experts.down.weight");
+  EXPECT_EQ(w2.hf_shape, (std::vector<int64_t>{C, F}));
+  EXPECT_EQ(w2.offset, 3 * C * F);
+  // place and extract move exactly that slice.
+  std::vector<float> gate_up(static_cast<size_t>(4 * 2 * F * C)), piece(F * C),
+      back(gate_up.size());
+  std::iota(gate_up.begin(), gate_up.end(), 0.0f);
+  hf::place(w3, gate_up.data(), piece.data());
+  EXPECT_EQ(piece[0], static_cast<float>(w3.offset));
+  hf::extract(w3, piece.data(), back.data());
+  EXPECT_EQ(back[w3.offset + F * C - 1], gate_up[w3.offset + F * C - 1]);
+
+  const nlohmann::json j = hf::config_json(m, -1);
+  EXPECT_EQ(j["architectures"][0], "MixtralForCausalLM");
+  EXPECT_EQ(j["num_local_experts"], 4);
+  EXPECT_EQ(j["num_experts_per_tok"], 2);
+  EXPECT_EQ(j["intermediate_size"], F);
+  const ModelConfig back_config = hf::model_from_config_json(j, "config.json");
+  EXPECT_EQ(back_config.family, ModelFamily::mixtral);
+  EXPECT_EQ(back_config.moe.experts, 4);
+  EXPECT_EQ(back_config.expert_ffn(), F);
+  run.model.moe.gating = kernels::MoeGating::sigmoid_bias;
+  EXPECT_THROW(hf::config_json(run.model, -1), Error);
 }
 
 }  // namespace

@@ -23,7 +23,8 @@ std::string temp_dir(const std::string& name) {
 
 RunConfig small_config(const std::string& family, const std::string& run_dir) {
   std::vector<std::string> sets = {"model.family=" + family};
-  if (family == "llama") sets.push_back("model.n_kv_head=2");
+  if (family == "llama" || family == "mixtral") sets.push_back("model.n_kv_head=2");
+  if (family == "mixtral") sets.push_back("model.moe.experts=4");
   return test_support::small_run_config(run_dir, sets);
 }
 
@@ -77,13 +78,17 @@ TEST_P(TrainerFamilies, StepLoopMakesNoArenaAllocation) {
     if (j["step"] == 2) {
       EXPECT_TRUE(j.contains("val_loss"));
     }
+    if (GetParam() == "mixtral") {  // the routers' record, per step
+      EXPECT_GT(j["moe"]["aux_loss"].get<double>(), 0.0) << line;
+      EXPECT_EQ(j["moe"]["tokens_per_expert"].size(), 2u) << line;
+    }
     ++lines;
   }
   EXPECT_EQ(lines, 4);
   EXPECT_TRUE(latest_checkpoint(c.run.dir + "/ckpt").has_value());
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, TrainerFamilies, ::testing::Values("gpt2", "llama"));
+INSTANTIATE_TEST_SUITE_P(Families, TrainerFamilies, ::testing::Values("gpt2", "llama", "mixtral"));
 
 TEST(Trainer, LearnsRealText) {
   // A short run on real English text must bring validation loss well below where it started.
@@ -106,6 +111,31 @@ TEST(Trainer, LearnsRealText) {
   // Well below the start, and below what token frequencies alone explain.
   EXPECT_LT(after, before - 1.2) << "before " << before << " after " << after;
   EXPECT_LT(after, t.unigram_baseline()) << "unigram baseline " << t.unigram_baseline();
+}
+
+TEST(Trainer, MixtralLearnsRealText) {
+  // The MoE family trains: 30 steps on real text bring validation loss clearly down, with the
+  // balancing loss in the objective and every expert of each layer in use.
+  const std::string dir = temp_dir("mixtral_text");
+  RunConfig c = small_config("mixtral", dir + "/run");
+  c.data.source = DataSource::text;
+  c.data.text = {std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/kjv_excerpt.txt"};
+  c.data.dir = dir + "/data";
+  c.data.filters.min_doc_chars = 32;
+  c.train.steps = 30;
+  c.train.eval_batches = 4;
+  c.optim.lr = 1e-2f;
+  c.optim.warmup_steps = 5;
+  Trainer t(c);
+  const double before = t.evaluate();
+  StepResult last;
+  for (int i = 0; i < 30; ++i) last = t.train_step();
+  const double after = t.evaluate();
+  EXPECT_LT(after, before - 1.0) << "before " << before << " after " << after;
+  EXPECT_GT(last.moe_aux_loss, 0.0);
+  ASSERT_EQ(last.moe_tokens_per_expert.size(), 2u);
+  for (const std::vector<int64_t>& layer : last.moe_tokens_per_expert)
+    for (int64_t x : layer) EXPECT_GT(x, 0) << "an expert without tokens";
 }
 
 }  // namespace

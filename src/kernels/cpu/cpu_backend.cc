@@ -163,6 +163,69 @@ class CpuBackend final : public Backend {
                        int64_t f) override {
     k::swiglu_backward(dgate_up, gate_up, dy, n, f);
   }
+  void moe_route_forward(kernels::MoeGating gating, int32_t* expert_idx, float* weight,
+                         float* probs, const float* logits, const float* bias, int64_t n, int64_t e,
+                         int64_t k, bool normalize, float scale) override {
+    kernels::moe_route_forward(gating, expert_idx, weight, probs, logits, bias, n, e, k, normalize,
+                               scale);
+  }
+  void moe_route_backward(kernels::MoeGating gating, float* dlogits, const float* dweight,
+                          const float* probs, const int32_t* expert_idx, int64_t n, int64_t e,
+                          int64_t k, bool normalize, float scale) override {
+    kernels::moe_route_backward(gating, dlogits, dweight, probs, expert_idx, n, e, k, normalize,
+                                scale);
+  }
+  double moe_aux_loss_forward(kernels::MoeGating gating, const float* probs,
+                              const int64_t* tokens_per_expert, int64_t n, int64_t e, int64_t k,
+                              float coeff) override {
+    return kernels::moe_aux_loss_forward(gating, probs, tokens_per_expert, n, e, k, coeff);
+  }
+  void moe_aux_loss_backward(kernels::MoeGating gating, float* dlogits, const float* probs,
+                             const int64_t* tokens_per_expert, int64_t n, int64_t e, int64_t k,
+                             float coeff) override {
+    kernels::moe_aux_loss_backward(gating, dlogits, probs, tokens_per_expert, n, e, k, coeff);
+  }
+  double moe_z_loss_forward(const float* logits, int64_t n, int64_t e, float coeff) override {
+    return kernels::moe_z_loss_forward(logits, n, e, coeff);
+  }
+  void moe_z_loss_backward(float* dlogits, const float* logits, int64_t n, int64_t e,
+                           float coeff) override {
+    kernels::moe_z_loss_backward(dlogits, logits, n, e, coeff);
+  }
+  int64_t moe_dispatch_plan(int64_t* offsets, int32_t* row_token, int32_t* row_slot,
+                            int32_t* token_row, int64_t* tokens_per_expert,
+                            const int32_t* expert_idx, int64_t n, int64_t e, int64_t k,
+                            int64_t capacity) override {
+    return kernels::moe_dispatch_plan(offsets, row_token, row_slot, token_row, tokens_per_expert,
+                                      expert_idx, n, e, k, capacity);
+  }
+  void moe_permute_forward(float* xs, const float* x, const int32_t* row_token, int64_t rows,
+                           int64_t c) override {
+    kernels::moe_permute_forward(xs, x, row_token, rows, c);
+  }
+  void moe_permute_backward(float* dx, const float* dxs, const int32_t* token_row, int64_t n,
+                            int64_t k, int64_t c) override {
+    kernels::moe_permute_backward(dx, dxs, token_row, n, k, c);
+  }
+  void moe_grouped_linear_forward(float* ys, const float* xs, const float* w,
+                                  const int64_t* offsets, int64_t e, int64_t in,
+                                  int64_t out) override {
+    kernels::moe_grouped_linear_forward(ys, xs, w, offsets, e, in, out);
+  }
+  void moe_grouped_linear_backward(float* dxs, float* dw, const float* dys, const float* xs,
+                                   const float* w, const int64_t* offsets, int64_t e, int64_t in,
+                                   int64_t out) override {
+    kernels::moe_grouped_linear_backward(dxs, dw, dys, xs, w, offsets, e, in, out);
+  }
+  void moe_combine_forward(float* y, const float* ys, const float* weight, const int32_t* token_row,
+                           int64_t n, int64_t k, int64_t c) override {
+    kernels::moe_combine_forward(y, ys, weight, token_row, n, k, c);
+  }
+  void moe_combine_backward(float* dys, float* dweight, const float* dy, const float* ys,
+                            const float* weight, const int32_t* token_row, int64_t n, int64_t k,
+                            int64_t c) override {
+    kernels::moe_combine_backward(dys, dweight, dy, ys, weight, token_row, n, k, c);
+  }
   void rope_forward(float* qkv, const AttentionShape& s, const RopeSpec& rope) override {
     k::rope_forward(qkv, s, rope);
   }

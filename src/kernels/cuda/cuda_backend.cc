@@ -189,6 +189,12 @@ void check_lowp(DType t, const char* what) {
        "t probabilities); use model.attention = \"flash\"");
 }
 
+[[noreturn]] void moe_not_on_gpu(const char* what) {
+  fail("CudaBackend::", what,
+       ": MoE is not on the GPU yet (model.moe.experts > 0 runs on "
+       "system.device = \"cpu\")");
+}
+
 class CudaBackendImpl final : public CudaBackend {
  public:
   explicit CudaBackendImpl(int device)
@@ -366,6 +372,56 @@ class CudaBackendImpl final : public CudaBackend {
   void swiglu_backward(float* dgate_up, const float* gate_up, const float* dy, int64_t n,
                        int64_t f) override {
     cuda::swiglu_backward(dgate_up, gate_up, dy, n, f, s());
+  }
+  // The MoE kernels are CPU-only so far (GitHub issue 21).
+  void moe_route_forward(kernels::MoeGating, int32_t*, float*, float*, const float*, const float*,
+                         int64_t, int64_t, int64_t, bool, float) override {
+    moe_not_on_gpu("moe_route_forward");
+  }
+  void moe_route_backward(kernels::MoeGating, float*, const float*, const float*, const int32_t*,
+                          int64_t, int64_t, int64_t, bool, float) override {
+    moe_not_on_gpu("moe_route_backward");
+  }
+  double moe_aux_loss_forward(kernels::MoeGating, const float*, const int64_t*, int64_t, int64_t,
+                              int64_t, float) override {
+    moe_not_on_gpu("moe_aux_loss_forward");
+  }
+  void moe_aux_loss_backward(kernels::MoeGating, float*, const float*, const int64_t*, int64_t,
+                             int64_t, int64_t, float) override {
+    moe_not_on_gpu("moe_aux_loss_backward");
+  }
+  double moe_z_loss_forward(const float*, int64_t, int64_t, float) override {
+    moe_not_on_gpu("moe_z_loss_forward");
+  }
+  void moe_z_loss_backward(float*, const float*, int64_t, int64_t, float) override {
+    moe_not_on_gpu("moe_z_loss_backward");
+  }
+  int64_t moe_dispatch_plan(int64_t*, int32_t*, int32_t*, int32_t*, int64_t*, const int32_t*,
+                            int64_t, int64_t, int64_t, int64_t) override {
+    moe_not_on_gpu("moe_dispatch_plan");
+  }
+  void moe_permute_forward(float*, const float*, const int32_t*, int64_t, int64_t) override {
+    moe_not_on_gpu("moe_permute_forward");
+  }
+  void moe_permute_backward(float*, const float*, const int32_t*, int64_t, int64_t,
+                            int64_t) override {
+    moe_not_on_gpu("moe_permute_backward");
+  }
+  void moe_grouped_linear_forward(float*, const float*, const float*, const int64_t*, int64_t,
+                                  int64_t, int64_t) override {
+    moe_not_on_gpu("moe_grouped_linear_forward");
+  }
+  void moe_grouped_linear_backward(float*, float*, const float*, const float*, const float*,
+                                   const int64_t*, int64_t, int64_t, int64_t) override {
+    moe_not_on_gpu("moe_grouped_linear_backward");
+  }
+  void moe_combine_forward(float*, const float*, const float*, const int32_t*, int64_t, int64_t,
+                           int64_t) override {
+    moe_not_on_gpu("moe_combine_forward");
+  }
+  void moe_combine_backward(float*, float*, const float*, const float*, const float*,
+                            const int32_t*, int64_t, int64_t, int64_t) override {
+    moe_not_on_gpu("moe_combine_backward");
   }
   void rope_forward(float* qkv, const AttentionShape& shape, const RopeSpec& rope) override {
     cuda::rope_forward(qkv, shape, rope, s());

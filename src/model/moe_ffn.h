@@ -1,0 +1,43 @@
+// The sparse Mixture-of-Experts FFN (GitHub issue 21), the second half of a mixtral layer:
+//
+//   resid_mid -> RMSNorm -> router logits [n, e] -> route (top-k, weights) -> dispatch plan ->
+//     permute to expert-sorted rows -> per expert gate|up -> SwiGLU -> down -> weighted combine
+//     + resid_mid = resid_out
+//
+// in the order of the kernels' whole-FFN test (tests/kernels/test_moe.cc, MoeFiniteDiff.WholeFfn),
+// on the kernels of kernels/cpu/moe.h through the Backend. The experts' weights are global
+// tensors [e, 2F, c] (gate rows then up rows, as the dense SwiGLU fuses them) and [e, c, F].
+//
+// The balancing losses (Switch's auxiliary loss, ST-MoE's z-loss) are part of the objective: each
+// micro-batch adds its value, as if every one of its n tokens carried it, so their gradients take
+// the cross-entropy's per-token scale times n (BlockRun::loss_scale). With the trainer's scale
+// 1/tokens the objective is the mean token loss plus each layer's mean balancing losses.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/block.h"
+
+namespace strata {
+
+// What the last forward of one MoE layer saw, on the host: for the trainer's metrics, and for
+// backward (the rows of the dispatch plan).
+struct MoeLayerStats {
+  double aux_loss = 0;                     // the auxiliary loss, times model.moe.aux_loss_coeff
+  double z_loss = 0;                       // the router z-loss, times model.moe.z_loss_coeff
+  int64_t rows = 0;                        // kept (token, expert) assignments
+  int64_t dropped = 0;                     // assignments over an expert's capacity
+  std::vector<int64_t> tokens_per_expert;  // assignments per expert before dropping
+};
+
+// Registers the MoE FFN's norm, router and experts (names layers.L.mlp_norm.weight,
+// layers.L.moe.router.weight, layers.L.moe.experts.gate_up.weight, ...down.weight).
+void register_moe_ffn(ParamStore& params, const ParamSlices& slices, const std::string& prefix,
+                      int group, BlockParams& out);
+// l.resid_mid -> l.resid_out; fills *r.moe.
+void moe_ffn_forward(BlockRun& r, LayerActivations& l);
+// dL/d(output) -> dL/d(resid_mid), both in r.s.dresid, with the balancing losses' gradients.
+void moe_ffn_backward(BlockRun& r, LayerActivations& l);
+
+}  // namespace strata
