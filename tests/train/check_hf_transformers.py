@@ -17,7 +17,10 @@ Logits must agree to a relative error (max |diff| / max |logit|) of 1e-4 (--tole
 Families (--families, default gpt2,llama): gpt2, llama (Llama 2: plain RoPE), llama3 (Llama 3.x:
 rope_scaling of type llama3, with an original context short enough that the tiny model's pairs
 fall in all three frequency bands), qwen3 (per-head q/k RMSNorm, head_dim 16 apart from
-d_model / n_head = 8; the import's random model ties its head, the export's does not).
+d_model / n_head = 8; the import's random model ties its head, the export's does not), mixtral
+(4 experts, top 2 with renormalised softmax weights; MixtralForCausalLM, transformers >= 4.36:
+the same logits mean the same router choices, a token sent elsewhere would move them by far more
+than the tolerance).
 
 Usage: PYTHON tests/train/check_hf_transformers.py STRATA_BINARY SOURCE_DIR [--families a,b]
        [--tolerance T]
@@ -47,6 +50,8 @@ try:
         if "--families" in sys.argv else ["gpt2", "llama"]
     if "qwen3" in FAMILY_NAMES:
         from transformers import Qwen3Config, Qwen3ForCausalLM
+    if "mixtral" in FAMILY_NAMES:
+        from transformers import MixtralConfig, MixtralForCausalLM
 except ImportError as e:
     msg = ("%s cannot import %s: scripts/install_deps.sh installs python3-torch (Debian) and "
            "transformers (pip) for /usr/bin/python3" % (sys.executable, e.name))
@@ -73,10 +78,16 @@ FAMILIES = {
     "qwen3": ["--set", "model.family=qwen3", "--set", "model.n_kv_head=2",
               "--set", "model.head_dim=16", "--set", "model.rope_theta=1000000",
               "--set", "model.norm_eps=1e-6"],
+    # 4 experts, 2 per token, each half the width of the dense MLP.
+    "mixtral": ["--set", "model.family=mixtral", "--set", "model.n_kv_head=2",
+                "--set", "model.rope_theta=50000", "--set", "model.moe.experts=4",
+                "--set", "model.moe.top_k=2", "--set", "model.moe.expert_ffn=128"],
 }
 CLASSES = {"gpt2": GPT2LMHeadModel, "llama": LlamaForCausalLM, "llama3": LlamaForCausalLM}
 if "qwen3" in FAMILY_NAMES:
     CLASSES["qwen3"] = Qwen3ForCausalLM
+if "mixtral" in FAMILY_NAMES:
+    CLASSES["mixtral"] = MixtralForCausalLM
 # transformers 4.56 renamed from_pretrained's torch_dtype to dtype.
 DTYPE_KW = "dtype" if tuple(int(x) for x in transformers.__version__.split(".")[:2]) >= (4, 56) \
     else "torch_dtype"
@@ -153,8 +164,15 @@ def check_export(strata, work, family, run_dir):
 
 
 def random_model(family):
-    torch.manual_seed({"gpt2": 1234, "llama": 5678, "llama3": 4321, "qwen3": 8765}[family])
-    if family == "qwen3":
+    torch.manual_seed({"gpt2": 1234, "llama": 5678, "llama3": 4321, "qwen3": 8765,
+                       "mixtral": 2468}[family])
+    if family == "mixtral":
+        config = MixtralConfig(vocab_size=320, hidden_size=32, intermediate_size=40,
+                               num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                               num_local_experts=4, num_experts_per_tok=2,
+                               max_position_embeddings=48, rms_norm_eps=1e-6, rope_theta=50000.0,
+                               tie_word_embeddings=False, initializer_range=0.1)
+    elif family == "qwen3":
         config = Qwen3Config(vocab_size=320, hidden_size=32, intermediate_size=80,
                              num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                              head_dim=16, max_position_embeddings=48, rms_norm_eps=1e-6,
@@ -238,6 +256,7 @@ def main():
             "--out", data, "--vocab", "300")
         layouts = {"llama": ["--set", "parallel.tp=2"], "llama3": ["--set", "parallel.pp=2"],
                    "qwen3": ["--set", "parallel.tp=2"],
+                   "mixtral": ["--set", "parallel.dp=2", "--set", "parallel.zero=3"],
                    "gpt2": ["--set", "parallel.dp=2", "--set", "parallel.zero=3"]}
         for family in FAMILY_NAMES:
             run_dir = train(strata, src, work, family, data)
