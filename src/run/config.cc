@@ -187,6 +187,8 @@ const Field kFields[] = {
     STRATA_FIELD(anomaly, spike_action),
     STRATA_FIELD(anomaly, replica_check_every),
     STRATA_FIELD(anomaly, straggler_factor),
+    STRATA_FIELD(anomaly, router_collapse_fraction),
+    STRATA_FIELD(anomaly, router_collapse_steps),
     STRATA_FIELD(track, tensorboard),
     Field{"post_train.register",
           [](RunConfig& c) -> FieldRef { return &c.post_train.register_model; }},

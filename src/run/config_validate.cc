@@ -43,6 +43,11 @@ void validate_config(RunConfig& c, const std::string& where) {
         an.max_nonfinite);
   check(an.spike_window >= 2 && an.spike_zscore > 0, where,
         "anomaly.spike_window must be at least 2 and anomaly.spike_zscore positive");
+  check(an.router_collapse_fraction > 0 && an.router_collapse_fraction <= 1 &&
+            an.router_collapse_steps >= 0,
+        where,
+        "anomaly.router_collapse_fraction must lie in (0, 1] and anomaly.router_collapse_steps "
+        "must not be negative");
   check(an.replica_check_every >= 0 && an.straggler_factor >= 0, where,
         "anomaly.replica_check_every and anomaly.straggler_factor must not be negative");
   check(c.profile.start_step >= 1 && c.profile.steps >= 1 && c.profile.max_events >= 1000, where,

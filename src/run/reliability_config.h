@@ -54,6 +54,11 @@ struct AnomalyConfig {
   // Stragglers: a rank whose step compute time exceeds this factor times the median is named
   // (0: off).
   double straggler_factor = 2.0;
+  // A collapsed router (MoE families): one expert takes more than router_collapse_fraction of a
+  // layer's tokens for router_collapse_steps steps in a row (0: off). Off by itself where the
+  // fraction is not above the fair share top_k / experts.
+  double router_collapse_fraction = 0.5;
+  int64_t router_collapse_steps = 20;
 };
 
 }  // namespace strata

@@ -76,4 +76,35 @@ std::vector<int> outliers(const std::vector<uint64_t>& values) {
   return out;
 }
 
+RouterCollapseDetector::RouterCollapseDetector(double fraction, int64_t steps, int64_t experts,
+                                               int64_t top_k)
+    : fraction_(fraction),
+      steps_(steps),
+      top_k_(std::max<int64_t>(1, top_k)),
+      active_(steps > 0 && experts > 0 &&
+              fraction > static_cast<double>(top_k) / static_cast<double>(experts)) {}
+
+std::vector<RouterCollapseDetector::Collapse> RouterCollapseDetector::check(
+    const std::vector<std::vector<int64_t>>& tokens_per_expert) {
+  std::vector<Collapse> found;
+  if (!active_) return found;
+  run_.resize(tokens_per_expert.size(), 0);
+  for (size_t l = 0; l < tokens_per_expert.size(); ++l) {
+    const std::vector<int64_t>& counts = tokens_per_expert[l];
+    int64_t total = 0, top = 0;
+    size_t top_expert = 0;
+    for (size_t e = 0; e < counts.size(); ++e) {
+      total += counts[e];
+      if (counts[e] > top) top = counts[e], top_expert = e;
+    }
+    // Each token makes top_k assignments: the tokens are total / top_k.
+    const double tokens = static_cast<double>(total) / static_cast<double>(top_k_);
+    const double share = tokens > 0 ? static_cast<double>(top) / tokens : 0.0;
+    run_[l] = share > fraction_ ? run_[l] + 1 : 0;
+    if (run_[l] == steps_)
+      found.push_back({static_cast<int64_t>(l), static_cast<int64_t>(top_expert), share});
+  }
+  return found;
+}
+
 }  // namespace strata

@@ -135,6 +135,21 @@ void add_event_findings(const std::vector<nlohmann::json>& events, std::vector<F
                               "neighbour) or move it"),
                           evidence(it->second)});
   }
+  if (auto it = by_kind.find("router_collapse"); it != by_kind.end()) {
+    std::vector<std::string> layers;
+    for (const auto& e : it->second)
+      layers.push_back(cat("layer ", e.value("layer", 0), " (expert ", e.value("expert", 0), ", ",
+                           static_cast<int>(100.0 * e.value("fraction", 0.0) + 0.5),
+                           "% of the tokens, from step ", e.value("step", 0), ")"));
+    out.push_back(Finding{
+        "router_collapse",
+        cat("collapsed MoE router(s): ", join(layers, ", "), ", each for at least ",
+            it->second.front().value("steps", 0),
+            " steps in a row. Most tokens go to one expert, so the others stop learning. Raise "
+            "model.moe.aux_loss_coeff, add model.moe.z_loss_coeff (1e-3), lower optim.lr or "
+            "lengthen optim.warmup_steps; model.moe.capacity_factor caps an expert's tokens"),
+        evidence(it->second)});
+  }
   for (const char* kind : {"checkpoint_failed", "checkpoint_damaged"}) {
     if (auto it = by_kind.find(kind); it != by_kind.end()) {
       const bool damaged = std::string(kind) == "checkpoint_damaged";

@@ -2,6 +2,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -65,6 +66,9 @@ Trainer::Trainer(RunPlan plan, ProcessGroups* groups, Backend* backend)
   if (const char* a = std::getenv("STRATA_LAUNCH_ATTEMPT")) launch_attempt_ = std::atoll(a);
   const AnomalyConfig& an = config_.anomaly;
   spikes_ = std::make_unique<LossSpikeDetector>(an.spike_window, an.spike_warmup, an.spike_zscore);
+  router_collapse_ = std::make_unique<RouterCollapseDetector>(
+      an.router_collapse_fraction, an.router_collapse_steps, config_.model.moe.experts,
+      config_.model.moe.top_k);
   if (world_ > 1) install_timeout_hint();
   io::make_dirs(config_.run.dir);
   if (world_ > 1) {
@@ -337,6 +341,10 @@ StepResult Trainer::train_step() {
     loss /= static_cast<double>(m);
     r.moe_aux_loss /= static_cast<double>(m);
     r.moe_z_loss /= static_cast<double>(m);
+    for (StepResult::MoeLayer& l : r.moe_layers) {
+      l.aux_loss /= static_cast<double>(m);
+      l.z_loss /= static_cast<double>(m);
+    }
   }
   if (groups_->tp().size() > 1) {
     r.tp_comm_s = groups_->tp().stats().total_wait_seconds();
@@ -439,13 +447,43 @@ std::vector<float> Trainer::global_grads() {
 }
 
 void Trainer::record_moe(StepResult& r, bool last_micro_batch) const {
-  for (const MoeLayerStats& st : model_->moe_stats()) {
+  const std::vector<MoeLayerStats>& layers = model_->moe_stats();
+  r.moe_layers.resize(layers.size());
+  for (size_t l = 0; l < layers.size(); ++l) {
+    const MoeLayerStats& st = layers[l];
     r.moe_aux_loss += st.aux_loss;
     r.moe_z_loss += st.z_loss;
     r.moe_dropped += st.dropped;
+    r.moe_layers[l].aux_loss += st.aux_loss;
+    r.moe_layers[l].z_loss += st.z_loss;
+    r.moe_layers[l].dropped += st.dropped;
     if (last_micro_batch) r.moe_tokens_per_expert.push_back(st.tokens_per_expert);
   }
 }
+
+namespace {
+// Per MoE layer, keyed by its index (an object, so that TensorBoard charts every number as
+// moe/layers/L/...): the last micro-batch's tokens per expert as min / mean / max, and the
+// layer's dropped assignments and balancing losses.
+nlohmann::json moe_layers_json(const StepResult& r) {
+  nlohmann::json out = nlohmann::json::object();
+  for (size_t l = 0; l < r.moe_layers.size(); ++l) {
+    nlohmann::json j = {{"dropped", r.moe_layers[l].dropped},
+                        {"aux_loss", r.moe_layers[l].aux_loss},
+                        {"z_loss", r.moe_layers[l].z_loss}};
+    if (l < r.moe_tokens_per_expert.size() && !r.moe_tokens_per_expert[l].empty()) {
+      const std::vector<int64_t>& t = r.moe_tokens_per_expert[l];
+      int64_t sum = 0;
+      for (int64_t v : t) sum += v;
+      j["tokens_min"] = *std::min_element(t.begin(), t.end());
+      j["tokens_mean"] = static_cast<double>(sum) / static_cast<double>(t.size());
+      j["tokens_max"] = *std::max_element(t.begin(), t.end());
+    }
+    out[std::to_string(l)] = j;
+  }
+  return out;
+}
+}  // namespace
 
 void Trainer::write_metrics(const StepResult& r, double tokens_per_s, double mfu, double val_loss) {
   nlohmann::json j;
@@ -497,10 +535,9 @@ void Trainer::write_metrics(const StepResult& r, double tokens_per_s, double mfu
   j["mem"] = mem;
   if (!std::isnan(val_loss)) j["val_loss"] = val_loss;
   if (!model_->moe_stats().empty())
-    j["moe"] = {{"aux_loss", r.moe_aux_loss},
-                {"z_loss", r.moe_z_loss},
-                {"dropped", r.moe_dropped},
-                {"tokens_per_expert", r.moe_tokens_per_expert}};
+    j["moe"] = {{"aux_loss", r.moe_aux_loss},   {"z_loss", r.moe_z_loss},
+                {"dropped", r.moe_dropped},     {"tokens_per_expert", r.moe_tokens_per_expert},
+                {"layers", moe_layers_json(r)}, {"collapsed", r.router_collapsed}};
   const CommStats cs = groups_->stats();  // zero for a process that runs alone
   j["comm_bytes"] = cs.total_bytes();
   j["comm_wait_s"] = cs.total_wait_seconds();

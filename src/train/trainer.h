@@ -57,6 +57,13 @@ struct StepResult {
   double moe_aux_loss = 0, moe_z_loss = 0;
   int64_t moe_dropped = 0;
   std::vector<std::vector<int64_t>> moe_tokens_per_expert;
+  // The same per layer (balancing losses mean over micro-batches, dropped summed).
+  struct MoeLayer {
+    double aux_loss = 0, z_loss = 0;
+    int64_t dropped = 0;
+  };
+  std::vector<MoeLayer> moe_layers;
+  std::vector<int64_t> router_collapsed;  // MoE layers whose collapse was found this step
   // fp16: the loss scale this step ran with, and whether its gradients overflowed (then the
   // update was skipped and the scale backed off).
   double loss_scale = 1;
@@ -205,6 +212,7 @@ class Trainer {
   nlohmann::json last_checkpoint_;                    // the latest commit, for the next metrics
   nlohmann::json lineage_;  // the checkpoint this run resumed from, and its ancestors (rank 0)
   std::unique_ptr<LossSpikeDetector> spikes_;
+  std::unique_ptr<RouterCollapseDetector> router_collapse_;
   int64_t nonfinite_run_ = 0;           // consecutive non-finite steps
   int64_t launch_attempt_ = 1;          // STRATA_LAUNCH_ATTEMPT (1 outside `strata launch`)
   std::vector<float> step_times_;       // per world rank, gathered for the straggler check

@@ -185,6 +185,20 @@ void Trainer::after_step_checks(StepResult& r) {
                    {{"ranks", r.stragglers}, {"seconds", secs}, {"median_s", median}});
     }
   }
+  // A collapsed router, from this rank's tokens (each rank routes its own share of the batch).
+  for (const RouterCollapseDetector::Collapse& c :
+       router_collapse_->check(r.moe_tokens_per_expert)) {
+    r.router_collapsed.push_back(c.layer);
+    if (!is_rank0()) continue;
+    log::warn("step ", r.step, ": the router of layer ", c.layer, " sent ", 100.0 * c.fraction,
+              "% of the tokens to expert ", c.expert, " for ", a.router_collapse_steps,
+              " steps in a row (a collapsed router)");
+    append_event(config_.run.dir, rank_, "router_collapse", r.step,
+                 {{"layer", c.layer},
+                  {"expert", c.expert},
+                  {"fraction", c.fraction},
+                  {"steps", a.router_collapse_steps}});
+  }
   if (f.diverge_rank == rank_ && f.diverge_step == r.step && model_->params().data()) {
     log::warn("fault injection: rank ", rank_, " perturbs a parameter after step ", r.step);
     float first = 0;

@@ -3,12 +3,14 @@
 // run, a loss spike is found by its z-score and its update skipped on request.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "model/decoder.h"
 #include "small_run.h"
 #include "track/events.h"
 #include "train/anomaly.h"
+#include "train/diagnose.h"
 #include "train/trainer.h"
 
 namespace strata {
@@ -46,6 +48,51 @@ std::vector<nlohmann::json> events_of(const std::string& dir, const std::string&
   for (const nlohmann::json& e : read_events(dir))
     if (e.at("kind") == kind) out.push_back(e);
   return out;
+}
+
+TEST(RouterCollapseDetector, OnceARunOfStepsReachesTheLimitAndAgainAfterRecovery) {
+  RouterCollapseDetector d(0.5, 3, /*experts=*/8, /*top_k=*/2);
+  ASSERT_TRUE(d.active());
+  // Layer 0 balanced; layer 1: expert 5 in 70 of the 100 tokens (200 assignments, top-2).
+  const std::vector<int64_t> balanced = {25, 25, 25, 25, 25, 25, 25, 25};
+  const std::vector<int64_t> collapsed = {10, 10, 10, 10, 10, 70, 40, 40};
+  EXPECT_TRUE(d.check({balanced, collapsed}).empty());
+  EXPECT_TRUE(d.check({balanced, collapsed}).empty());
+  const auto found = d.check({balanced, collapsed});
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].layer, 1);
+  EXPECT_EQ(found[0].expert, 5);
+  EXPECT_DOUBLE_EQ(found[0].fraction, 0.7);
+  EXPECT_TRUE(d.check({balanced, collapsed}).empty());  // the same collapse, reported once
+  EXPECT_TRUE(d.check({balanced, balanced}).empty());   // recovered
+  for (int i = 0; i < 2; ++i) EXPECT_TRUE(d.check({balanced, collapsed}).empty());
+  EXPECT_EQ(d.check({balanced, collapsed}).size(), 1u);  // a new collapse
+  // A fraction at or below the fair share (2 of 4 experts: 0.5) would flag a balanced router.
+  EXPECT_FALSE(RouterCollapseDetector(0.5, 3, 4, 2).active());
+  EXPECT_FALSE(RouterCollapseDetector(0.9, 0, 8, 2).active());  // steps 0: off
+  EXPECT_FALSE(RouterCollapseDetector(0.5, 3, 0, 2).active());  // a dense model
+}
+
+// In the step loop: a mixtral run with a threshold just above the fair share finds an imbalanced
+// router at once, logs it in events.jsonl and metrics, and `strata diagnose` explains it.
+TEST(AnomalyInTraining, CollapsedRouterIsFoundAndDiagnosed) {
+  const std::string dir = test_support::fresh_dir("anomaly_router");
+  Trainer t(test_support::small_run_config(
+      dir, {"model.family=mixtral", "model.moe.experts=4", "model.moe.top_k=1",
+            "anomaly.router_collapse_fraction=0.26", "anomaly.router_collapse_steps=2"}));
+  const StepResult first = t.train_step();
+  EXPECT_TRUE(first.router_collapsed.empty());  // one step is not a run of two
+  const StepResult second = t.train_step();
+  EXPECT_FALSE(second.router_collapsed.empty());
+  const auto ev = events_of(dir, "router_collapse");
+  ASSERT_EQ(ev.size(), second.router_collapsed.size());
+  EXPECT_EQ(ev[0].at("step"), 2);
+  EXPECT_GT(ev[0].at("fraction").get<double>(), 0.26);
+  const std::vector<Finding> findings = diagnose_run(dir);
+  const auto it = std::find_if(findings.begin(), findings.end(),
+                               [](const Finding& f) { return f.kind == "router_collapse"; });
+  ASSERT_NE(it, findings.end());
+  EXPECT_NE(it->summary.find("model.moe.aux_loss_coeff"), std::string::npos) << it->summary;
 }
 
 TEST(AnomalyInTraining, NanGradientSkipsTheUpdateAndIsLogged) {

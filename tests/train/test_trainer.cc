@@ -81,6 +81,11 @@ TEST_P(TrainerFamilies, StepLoopMakesNoArenaAllocation) {
     if (GetParam() == "mixtral") {  // the routers' record, per step
       EXPECT_GT(j["moe"]["aux_loss"].get<double>(), 0.0) << line;
       EXPECT_EQ(j["moe"]["tokens_per_expert"].size(), 2u) << line;
+      // Per layer: tokens per expert as min / mean / max (4 experts, top 2: mean n * 2 / 4).
+      const nlohmann::json& layer = j["moe"]["layers"]["1"];
+      EXPECT_LE(layer["tokens_min"].get<int64_t>(), layer["tokens_mean"].get<double>()) << line;
+      EXPECT_GE(layer["tokens_max"].get<int64_t>(), layer["tokens_mean"].get<double>()) << line;
+      EXPECT_GT(layer["aux_loss"].get<double>(), 0.0) << line;
     }
     ++lines;
   }
