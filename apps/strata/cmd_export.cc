@@ -21,7 +21,7 @@ Command add_export_command(CLI::App& parent) {
   app->add_option("checkpoint", a->checkpoint, "checkpoint, ckpt dir or run dir")->required();
   app->add_option("--hf", a->options.out_dir,
                   "output directory for transformers' from_pretrained (GPT2LMHeadModel, "
-                  "LlamaForCausalLM, Qwen3ForCausalLM or MixtralForCausalLM)")
+                  "LlamaForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM or Qwen3MoeForCausalLM)")
       ->required();
   app->add_option("--tokenizer", a->options.tokenizer,
                   "tokenizer.json to ship (default: the checkpoint's, or its run's data.dir)");

@@ -12,11 +12,11 @@ Command add_import_command(CLI::App& parent) {
     std::string source, out;
   };
   auto a = std::make_shared<Args>();
-  CLI::App* app =
-      parent.add_subcommand("import",
-                            "read a Hugging Face model directory (GPT2LMHeadModel, "
-                            "LlamaForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM) into a "
-                            "checkpoint and a config");
+  CLI::App* app = parent.add_subcommand(
+      "import",
+      "read a Hugging Face model directory (GPT2LMHeadModel, "
+      "LlamaForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM, Qwen3MoeForCausalLM) into a "
+      "checkpoint and a config");
   app->add_option("hf_dir", a->source,
                   "directory written by save_pretrained: config.json, model.safetensors or "
                   "model.safetensors.index.json with its shards, tokenizer.json")

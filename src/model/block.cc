@@ -4,10 +4,11 @@
 
 namespace strata {
 
-const Block& gpt2_block();     // block_gpt2.cc
-const Block& llama_block();    // block_llama.cc
-const Block& qwen3_block();    // block_qwen3.cc
-const Block& mixtral_block();  // block_mixtral.cc
+const Block& gpt2_block();       // block_gpt2.cc
+const Block& llama_block();      // block_llama.cc
+const Block& qwen3_block();      // block_qwen3.cc
+const Block& mixtral_block();    // block_mixtral.cc
+const Block& qwen3_moe_block();  // block_qwen3_moe.cc
 
 const Block& block_for(ModelFamily family) {
   switch (family) {
@@ -19,6 +20,8 @@ const Block& block_for(ModelFamily family) {
       return qwen3_block();
     case ModelFamily::mixtral:
       return mixtral_block();
+    case ModelFamily::qwen3_moe:
+      return qwen3_moe_block();
   }
   fail("unknown model family ", static_cast<int>(family));
 }
@@ -175,6 +178,33 @@ void rms_qkv_backward(BlockRun& r, LayerActivations& l, const float* x) {
   r.tp.reduce_rows(dnorm_rows, s.dnorm, n, c);
   norm_backward(r.k, r.cfg, NormKind::rmsnorm, s.dresid, r.G(r.p.attn_norm_w), nullptr, s.dnorm, x,
                 r.P(r.p.attn_norm_w), nullptr, l.attn_rstd, r.ns());
+}
+
+// ---- Qwen3's attention: per-head RMSNorm of q and k before RoPE ----------------------------
+
+void register_qk_norm_attention(ParamStore& p, const ParamSlices& sl, const std::string& pre, int g,
+                                BlockParams& b) {
+  const int64_t hd = sl.cfg.head_dim();
+  b.attn_norm_w = p.add(pre + "attn_norm.weight", {sl.cfg.d_model}, g, sl.replicated(true));
+  register_attention(p, sl, pre, g, /*bias=*/false, b);
+  b.q_norm_w = p.add(pre + "attn.q_norm.weight", {hd}, g, sl.head_partial());
+  b.k_norm_w = p.add(pre + "attn.k_norm.weight", {hd}, g, sl.head_partial());
+}
+
+void qk_norm_attention_forward(BlockRun& r, LayerActivations& l, const float* x) {
+  rms_qkv_forward(r, l, x);
+  r.k.head_rmsnorm_forward(l.qkv, l.qk_pre, l.qk_rstd, r.P(r.p.q_norm_w), r.P(r.p.k_norm_w),
+                           r.attention_shape(), r.cfg.norm_eps);
+  r.k.rope_forward(l.qkv, r.attention_shape(), r.cfg.rope());
+  attention_forward(r, l, x);
+}
+
+void qk_norm_attention_backward(BlockRun& r, LayerActivations& l, const float* x) {
+  attention_backward(r, l);
+  r.k.rope_backward(r.s.dqkv, r.attention_shape(), r.cfg.rope());
+  r.k.head_rmsnorm_backward(r.s.dqkv, r.G(r.p.q_norm_w), r.G(r.p.k_norm_w), l.qk_pre, l.qk_rstd,
+                            r.P(r.p.q_norm_w), r.P(r.p.k_norm_w), r.attention_shape());
+  rms_qkv_backward(r, l, x);
 }
 
 void register_swiglu_mlp(ParamStore& p, const ParamSlices& sl, const std::string& pre, int g,

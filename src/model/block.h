@@ -39,7 +39,7 @@ struct BlockParams {
   int mlp_norm_w = -1, mlp_norm_b = -1;
   int fc_w = -1, fc_b = -1, proj_w = -1, proj_b = -1;              // GELU MLP (gpt2)
   int gate_w = -1, up_w = -1, down_w = -1;                         // SwiGLU MLP (llama, qwen3)
-  int router_w = -1, experts_gate_up_w = -1, experts_down_w = -1;  // MoE FFN (mixtral)
+  int router_w = -1, experts_gate_up_w = -1, experts_down_w = -1;  // MoE FFN (mixtral, ...)
 };
 
 enum class NormKind { layernorm, rmsnorm };
@@ -161,6 +161,15 @@ void swiglu_mlp_backward(BlockRun& r, LayerActivations& l);
 // Registers the RMSNorm weight and gate, up, down of swiglu_mlp_forward.
 void register_swiglu_mlp(ParamStore& params, const ParamSlices& slices, const std::string& prefix,
                          int group, BlockParams& out);
+
+// Qwen3's attention sub-layer (qwen3, qwen3_moe): x -> RMSNorm -> q|k|v -> RMSNorm of each q and
+// k head (weights q_norm, k_norm of head_dim, shared by the heads) -> RoPE(q, k) -> attention ->
+// o + x = l.resid_mid. Its backward goes from dL/d(resid_mid) in r.s.dresid to dL/d(x) there.
+// The registration holds attn_norm, q|k|v, o, q_norm, k_norm in that order.
+void register_qk_norm_attention(ParamStore& params, const ParamSlices& slices,
+                                const std::string& prefix, int group, BlockParams& out);
+void qk_norm_attention_forward(BlockRun& r, LayerActivations& l, const float* x);
+void qk_norm_attention_backward(BlockRun& r, LayerActivations& l, const float* x);
 
 // Registers the attention projections q|k|v (weights, then biases when `bias`) and o.
 void register_attention(ParamStore& params, const ParamSlices& slices, const std::string& prefix,

@@ -24,33 +24,21 @@ class Qwen3Block final : public Block {
   BlockParams register_params(ParamStore& p, const ParamSlices& sl, int64_t layer) const override {
     const std::string pre = "layers." + std::to_string(layer) + ".";
     const int g = static_cast<int>(layer) + 1;
-    const int64_t hd = sl.cfg.head_dim();
     BlockParams b;
-    b.attn_norm_w = p.add(pre + "attn_norm.weight", {sl.cfg.d_model}, g, sl.replicated(true));
-    register_attention(p, sl, pre, g, /*bias=*/false, b);
-    b.q_norm_w = p.add(pre + "attn.q_norm.weight", {hd}, g, sl.head_partial());
-    b.k_norm_w = p.add(pre + "attn.k_norm.weight", {hd}, g, sl.head_partial());
+    register_qk_norm_attention(p, sl, pre, g, b);
     register_swiglu_mlp(p, sl, pre, g, b);
     return b;
   }
 
   void forward(BlockRun& r, LayerActivations& l, const float* x) const override {
-    rms_qkv_forward(r, l, x);
-    r.k.head_rmsnorm_forward(l.qkv, l.qk_pre, l.qk_rstd, r.P(r.p.q_norm_w), r.P(r.p.k_norm_w),
-                             r.attention_shape(), r.cfg.norm_eps);
-    r.k.rope_forward(l.qkv, r.attention_shape(), r.cfg.rope());
-    attention_forward(r, l, x);
+    qk_norm_attention_forward(r, l, x);
     swiglu_mlp_forward(r, l);
   }
 
   void backward(BlockRun& r, LayerActivations& l, const float* x) const override {
     swiglu_mlp_backward(r, l);
     // r.s.dresid now holds dL/d(residual after attention).
-    attention_backward(r, l);
-    r.k.rope_backward(r.s.dqkv, r.attention_shape(), r.cfg.rope());
-    r.k.head_rmsnorm_backward(r.s.dqkv, r.G(r.p.q_norm_w), r.G(r.p.k_norm_w), l.qk_pre, l.qk_rstd,
-                              r.P(r.p.q_norm_w), r.P(r.p.k_norm_w), r.attention_shape());
-    rms_qkv_backward(r, l, x);
+    qk_norm_attention_backward(r, l, x);
   }
 };
 

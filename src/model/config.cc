@@ -18,8 +18,8 @@ namespace {
 void check_moe(const MoeConfig& m, ModelFamily family, const BlockLayout& layout) {
   if (!layout.moe) {
     STRATA_CHECK(m.experts == 0, "model.moe.experts: the ", family_name(family),
-                 " family has a dense MLP; leave model.moe.experts at 0 or use family = "
-                 "\"mixtral\"");
+                 " family has a dense MLP; leave model.moe.experts at 0 or use an MoE family "
+                 "(\"mixtral\", \"qwen3_moe\")");
     return;
   }
   STRATA_CHECK(m.experts >= 2, "model.moe.experts: the ", family_name(family),

@@ -5,6 +5,8 @@
 //   qwen3: llama's layer with RMSNorm of q and k per head before RoPE (Qwen3 dense models).
 //   mixtral: llama's attention and a sparse Mixture-of-Experts SwiGLU FFN in every layer
 //          (Mixtral 8x7B; model.moe below).
+//   qwen3_moe: qwen3's attention (per-head q/k norms, head_dim) and that MoE FFN in every layer
+//          (Qwen3-30B-A3B, Qwen3-235B-A22B).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -14,11 +16,11 @@
 
 namespace strata {
 
-enum class ModelFamily { gpt2, llama, qwen3, mixtral };
+enum class ModelFamily { gpt2, llama, qwen3, mixtral, qwen3_moe };
 template <>
 struct EnumNames<ModelFamily> {
-  static constexpr std::string_view names[] = {"gpt2", "llama", "qwen3",
-                                               "mixtral"};  // model.family
+  static constexpr std::string_view names[] = {"gpt2", "llama", "qwen3", "mixtral",
+                                               "qwen3_moe"};  // model.family
 };
 
 // model.moe.gating (kernels/cpu/moe.h)
@@ -27,8 +29,8 @@ struct EnumNames<kernels::MoeGating> {
   static constexpr std::string_view names[] = {"softmax_topk", "sigmoid_bias"};
 };
 
-// model.moe.*: the sparse FFN of the mixtral family (experts = 0: a dense model). Defaults are
-// Mixtral 8x7B's, and Hugging Face's router_aux_loss_coef.
+// model.moe.*: the sparse FFN of the MoE families, mixtral and qwen3_moe (experts = 0: a dense
+// model). Defaults are Mixtral 8x7B's, and Hugging Face's router_aux_loss_coef.
 struct MoeConfig {
   int64_t experts = 0;     // routed experts per layer
   int64_t top_k = 2;       // experts per token

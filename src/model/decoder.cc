@@ -12,7 +12,7 @@ void Decoder::check_moe_supported() {
   // The MoE FFN runs whole in each process (data parallelism only), in f32, on the CPU kernels
   // (GitHub issue 21's first step); everything else is refused here, before anything is
   // allocated.
-  const char* moe = "model.moe.experts > 0 (family mixtral)";
+  const std::string moe = cat("model.moe.experts > 0 (family ", family_name(config_.family), ")");
   STRATA_CHECK(shard_.tp == 1, moe,
                " does not run with tensor parallelism yet: set parallel.tp = 1");
   STRATA_CHECK(!shard_.sp, moe,

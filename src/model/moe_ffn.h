@@ -1,4 +1,5 @@
-// The sparse Mixture-of-Experts FFN (GitHub issue 21), the second half of a mixtral layer:
+// The sparse Mixture-of-Experts FFN (GitHub issue 21), the second half of a mixtral or qwen3_moe
+// layer:
 //
 //   resid_mid -> RMSNorm -> router logits [n, e] -> route (top-k, weights) -> dispatch plan ->
 //     permute to expert-sorted rows -> per expert gate|up -> SwiGLU -> down -> weighted combine

@@ -131,9 +131,9 @@ void validate_config(RunConfig& c, const std::string& where) {
         "train.activation_offload = true needs parallel.pp = 1: a pipeline stage holds several "
         "micro-batches' activations at once, which the offload's window does not");
   if (c.model.moe.enabled()) {
-    // The MoE FFN (mixtral) runs whole in one process per data-parallel rank, in f32, on the CPU
-    // (GitHub issue 21's first step); the Decoder refuses the same combinations.
-    const char* moe = "model.moe.experts > 0 (family mixtral)";
+    // The MoE FFN (mixtral, qwen3_moe) runs whole in one process per data-parallel rank, in f32, on
+    // the CPU (GitHub issue 21's first step); the Decoder refuses the same combinations.
+    const std::string moe = cat("model.moe.experts > 0 (family ", family_name(c.model.family), ")");
     check(p.tp == 1 && !p.sp, where, moe,
           " does not run with tensor or sequence parallelism yet: set parallel.tp = 1");
     check(p.pp == 1, where, moe,

@@ -111,6 +111,7 @@ std::string import_config_toml(const ModelConfig& m, const std::string& source,
   if (m.moe.enabled()) {
     t += cat("[model.moe]\nexperts = ", m.moe.experts, "\ntop_k = ", m.moe.top_k, "\n");
     if (m.moe.expert_ffn > 0) t += cat("expert_ffn = ", m.moe.expert_ffn, "\n");
+    if (!m.moe.normalize_topk) t += "normalize_topk = false\n";
     t += cat("aux_loss_coeff = ", toml_float(m.moe.aux_loss_coeff), "\n\n");
   }
   t += cat("[train]\nseq_len = ", std::min<int64_t>(m.max_seq_len, 256), "\nbatch_size = 4\n\n");

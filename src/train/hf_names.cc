@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "core/error.h"
+#include "model/block.h"
 
 namespace strata::hf {
 
@@ -80,7 +81,21 @@ struct HfFamily {
 constexpr HfFamily kHfFamilies[] = {{ModelFamily::gpt2, "GPT2LMHeadModel", "gpt2"},
                                     {ModelFamily::llama, "LlamaForCausalLM", "llama"},
                                     {ModelFamily::qwen3, "Qwen3ForCausalLM", "qwen3"},
-                                    {ModelFamily::mixtral, "MixtralForCausalLM", "mixtral"}};
+                                    {ModelFamily::mixtral, "MixtralForCausalLM", "mixtral"},
+                                    {ModelFamily::qwen3_moe, "Qwen3MoeForCausalLM", "qwen3_moe"}};
+
+// Where an MoE family's experts sit in its Hugging Face checkpoint: model.layers.i.<block>.gate
+// is the router, model.layers.i.<block>.experts.j.<gate | up | down>.weight expert j's tensors
+// (the per-expert names transformers 5 still writes with save_pretrained, and reads back into
+// its fused gate_up_proj [E, 2F, C] and down_proj [E, C, F], which are strata's layout).
+struct HfExperts {
+  const char* block;
+  const char *gate, *up, *down;
+};
+HfExperts hf_experts(ModelFamily family) {
+  if (family == ModelFamily::mixtral) return {"block_sparse_moe", "w1", "w3", "w2"};
+  return {"mlp", "gate_proj", "up_proj", "down_proj"};  // qwen3_moe (Qwen2-MoE's names)
+}
 const HfFamily& hf_family(ModelFamily family) {
   for (const HfFamily& f : kHfFamilies)
     if (f.family == family) return f;
@@ -137,24 +152,25 @@ std::vector<Rule> rules(const ModelConfig& c) {
       add(p + "attn.k.weight", {nkv, C}, h + "self_attn.k_proj.weight");
       add(p + "attn.v.weight", {nkv, C}, h + "self_attn.v_proj.weight");
       add(p + "attn.o.weight", {C, nq}, h + "self_attn.o_proj.weight");
-      if (c.family == ModelFamily::qwen3) {
+      if (block_for(c.family).layout().head_norm) {
         add(p + "attn.q_norm.weight", {c.head_dim()}, h + "self_attn.q_norm.weight");
         add(p + "attn.k_norm.weight", {c.head_dim()}, h + "self_attn.k_norm.weight");
       }
       add(p + "mlp_norm.weight", {C}, h + "post_attention_layernorm.weight");
-      if (c.family == ModelFamily::mixtral) {
-        // Each expert's w1 (gate) and w3 (up) are rows of gate_up[j], w2 (down) is down[j].
+      if (c.moe.enabled()) {
+        // Each expert's gate and up are rows of gate_up[j], its down is down[j].
         const int64_t E = c.moe.experts, Fe = c.expert_ffn();
-        const std::string moe = h + "block_sparse_moe.";
+        const HfExperts names = hf_experts(c.family);
+        const std::string moe = h + names.block + ".";
         add(p + "moe.router.weight", {E, C}, moe + "gate.weight");
         for (int64_t j = 0; j < E; ++j) {
           const std::string x = moe + "experts." + std::to_string(j) + ".";
-          add(p + "moe.experts.gate_up.weight", {E, 2 * Fe, C}, x + "w1.weight", Placement::slice,
-              {Fe, C}, 2 * j * Fe * C);
-          add(p + "moe.experts.gate_up.weight", {E, 2 * Fe, C}, x + "w3.weight", Placement::slice,
-              {Fe, C}, (2 * j + 1) * Fe * C);
-          add(p + "moe.experts.down.weight", {E, C, Fe}, x + "w2.weight", Placement::slice, {C, Fe},
-              j * C * Fe);
+          add(p + "moe.experts.gate_up.weight", {E, 2 * Fe, C}, x + names.gate + ".weight",
+              Placement::slice, {Fe, C}, 2 * j * Fe * C);
+          add(p + "moe.experts.gate_up.weight", {E, 2 * Fe, C}, x + names.up + ".weight",
+              Placement::slice, {Fe, C}, (2 * j + 1) * Fe * C);
+          add(p + "moe.experts.down.weight", {E, C, Fe}, x + names.down + ".weight",
+              Placement::slice, {C, Fe}, j * C * Fe);
         }
         continue;
       }
@@ -263,7 +279,25 @@ nlohmann::json config_json(const ModelConfig& c, int64_t eos) {
                            {"original_max_position_embeddings", c.rope_original_max_seq_len}};
     }
     j["attention_bias"] = false;
-    if (c.family == ModelFamily::qwen3) {
+    if (c.family == ModelFamily::qwen3_moe) {
+      // Softmax top-k, renormalised or not (norm_topk_prob), unscaled; every layer sparse.
+      const MoeConfig& m = c.moe;
+      STRATA_CHECK(m.gating == kernels::MoeGating::softmax_topk && m.routed_scale == 1.0f,
+                   "export: Qwen3MoeForCausalLM routes by softmax top-k, unscaled; this model has "
+                   "model.moe.gating = \"",
+                   enum_name(m.gating), "\", routed_scale = ", m.routed_scale);
+      j["intermediate_size"] = c.d_ff;  // the width of dense (mlp_only) layers: none here
+      j["moe_intermediate_size"] = c.expert_ffn();
+      j["num_experts"] = m.experts;
+      j["num_experts_per_tok"] = m.top_k;
+      j["norm_topk_prob"] = m.normalize_topk;
+      j["router_aux_loss_coef"] = shortest(m.aux_loss_coeff);
+      j["output_router_logits"] = false;
+      j["decoder_sparse_step"] = 1;
+      j["mlp_only_layers"] = nlohmann::json::array();
+      j["use_sliding_window"] = false;
+      j["sliding_window"] = nullptr;
+    } else if (c.family == ModelFamily::qwen3) {
       j["use_sliding_window"] = false;
       j["sliding_window"] = nullptr;
       j["max_window_layers"] = c.n_layer;
@@ -314,8 +348,9 @@ ModelConfig model_from_config_json(const nlohmann::json& j, const std::string& s
   if (!known) {
     fail(source, ": \"architectures\" = [\"", arch, "\"] (\"model_type\" = \"", type,
          "\") is not supported: strata imports GPT2LMHeadModel (model_type \"gpt2\"), "
-         "LlamaForCausalLM (model_type \"llama\"), Qwen3ForCausalLM (model_type \"qwen3\") "
-         "and MixtralForCausalLM (model_type \"mixtral\")");
+         "LlamaForCausalLM (model_type \"llama\"), Qwen3ForCausalLM (model_type \"qwen3\"), "
+         "MixtralForCausalLM (model_type \"mixtral\") and Qwen3MoeForCausalLM (model_type "
+         "\"qwen3_moe\")");
   }
   c.family = known->family;
   c.vocab_size = f.integer("vocab_size");
@@ -381,7 +416,7 @@ ModelConfig model_from_config_json(const nlohmann::json& j, const std::string& s
       }
       if (r->contains("rope_theta")) c.rope_theta = rf.number("rope_theta", 10000.0);
     }
-    if (c.family == ModelFamily::qwen3) {
+    if (c.family == ModelFamily::qwen3 || c.family == ModelFamily::qwen3_moe) {
       f.require("use_sliding_window", false,
                 "strata's attention is causal over the whole sequence (no sliding window)");
       if (const nlohmann::json* lt = f.find("layer_types")) {
@@ -391,6 +426,26 @@ ModelConfig model_from_config_json(const nlohmann::json& j, const std::string& s
           STRATA_CHECK(t == "full_attention", source, ": \"layer_types\" holds ", t.dump(),
                        ": strata's layers all use full causal attention");
       }
+    }
+    if (c.family == ModelFamily::qwen3_moe) {
+      // Every layer sparse: decoder_sparse_step 1 and no mlp_only_layers (dense layers among the
+      // sparse ones, which strata's families do not mix).
+      const int64_t step = f.integer("decoder_sparse_step", 1);
+      STRATA_CHECK(step == 1, source, ": \"decoder_sparse_step\" = ", step,
+                   " is not supported: strata's qwen3_moe has the MoE FFN in every layer (1)");
+      if (const nlohmann::json* dense = f.find("mlp_only_layers")) {
+        STRATA_CHECK(dense->is_array() && dense->empty(), source,
+                     ": \"mlp_only_layers\" = ", dense->dump(),
+                     " is not supported: strata's qwen3_moe has the MoE FFN in every layer ([])");
+      }
+      // transformers 5 writes num_experts as num_local_experts (its attribute_map).
+      c.moe.experts =
+          f.find("num_experts") ? f.integer("num_experts") : f.integer("num_local_experts");
+      c.moe.top_k = f.integer("num_experts_per_tok");
+      const int64_t fe = f.integer("moe_intermediate_size");
+      c.moe.expert_ffn = fe == c.d_ff ? 0 : fe;  // 0: d_ff, as the export writes it back
+      c.moe.normalize_topk = f.boolean("norm_topk_prob", false);  // transformers' default
+      c.moe.aux_loss_coeff = f.number("router_aux_loss_coef", 0.001);
     } else if (c.family == ModelFamily::mixtral) {
       // Mixtral's intermediate_size is each expert's width.
       c.moe.experts = f.integer("num_local_experts");

@@ -5,7 +5,10 @@
 // or MixtralForCausalLM (mixtral family: llama's attention names; the router
 // layers.i.moe.router.weight = model.layers.i.block_sparse_moe.gate.weight, and expert j's
 // block_sparse_moe.experts.j.{w1,w3}.weight = rows [0, F) and [F, 2F) of
-// layers.i.moe.experts.gate_up.weight[j], its w2.weight = layers.i.moe.experts.down.weight[j]),
+// layers.i.moe.experts.gate_up.weight[j], its w2.weight = layers.i.moe.experts.down.weight[j])
+// or Qwen3MoeForCausalLM (qwen3_moe family: qwen3's attention names; the router
+// model.layers.i.mlp.gate.weight, expert j's mlp.experts.j.{gate,up,down}_proj.weight as Mixtral's
+// w1, w3, w2),
 // and how a ModelConfig maps onto their config.json. The export (hf_export.h) and the import
 // (hf_import.h) both walk these rules, so that a round trip is exact by construction.
 //
@@ -56,11 +59,11 @@ struct Rule {
 };
 
 // One rule per strata global parameter of `config` (finalized), in registration order; a
-// mixtral expert tensor has one rule per expert piece (slice).
+// MoE expert tensor has one rule per expert piece (slice).
 std::vector<Rule> rules(const ModelConfig& config);
 
 // The architecture name transformers loads: "GPT2LMHeadModel", "LlamaForCausalLM",
-// "Qwen3ForCausalLM" or "MixtralForCausalLM".
+// "Qwen3ForCausalLM", "MixtralForCausalLM" or "Qwen3MoeForCausalLM".
 const char* architecture(ModelFamily family);
 
 // Tensors a Hugging Face checkpoint may hold that are not parameters (causal-mask buffers of old

@@ -663,6 +663,7 @@ TEST(MoeFiniteDiff, WholeFfn) {
       {kSoftmax, true, 1.0, 4, 2, 0, 0.1, 0.05},   // Mixtral: top-2 of softmax, renormalised
       {kSoftmax, false, 1.0, 4, 1, 2, 0.1, 0.05},  // Switch: top-1, capacity 2 drops tokens
       {kSoftmax, false, 1.0, 3, 3, 0, 0.1, 0.05},  // k = e
+      {kSoftmax, false, 1.0, 4, 2, 0, 0.1, 0.05},  // Qwen3-MoE without norm_topk_prob
       {kSigmoid, true, 2.5, 5, 2, 3, 0.1, 0.05},   // DeepSeek-V3, with capacity drops
   };
   for (const FfnConfig& cfg : configs) {

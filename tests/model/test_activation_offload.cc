@@ -87,6 +87,8 @@ TEST(ActivationOffload, BitwiseTheGradientsOfKeepingEverything) {
   for (Recompute recompute : {Recompute::none, Recompute::selective})
     cases.push_back({ModelFamily::mixtral, DType::f32, recompute, AttentionKernel::flash});
   cases.push_back({ModelFamily::mixtral, DType::f32, Recompute::selective, AttentionKernel::naive});
+  cases.push_back(
+      {ModelFamily::qwen3_moe, DType::f32, Recompute::selective, AttentionKernel::flash});
   for (const Case& c : cases) {
     const Result want = run(c, nullptr, false);
     const Result cpu = run(c, nullptr, true);

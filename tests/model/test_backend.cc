@@ -63,10 +63,11 @@ bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 TEST(Backend, GuardedRunIsBitwiseThePlainCpuRun) {
-  for (ModelFamily family :
-       {ModelFamily::gpt2, ModelFamily::llama, ModelFamily::qwen3, ModelFamily::mixtral}) {
+  for (ModelFamily family : {ModelFamily::gpt2, ModelFamily::llama, ModelFamily::qwen3,
+                             ModelFamily::mixtral, ModelFamily::qwen3_moe}) {
+    const bool moe = family == ModelFamily::mixtral || family == ModelFamily::qwen3_moe;
     for (DType precision : {DType::f32, DType::bf16}) {
-      if (family == ModelFamily::mixtral && precision != DType::f32) continue;  // f32 only yet
+      if (moe && precision != DType::f32) continue;  // f32 only yet
       for (AttentionKernel attention : {AttentionKernel::naive, AttentionKernel::flash}) {
         for (bool tied : {true, false}) {
           const ModelConfig c = tiny_model(family, attention, tied);

@@ -18,12 +18,12 @@ ModelConfig tiny(ModelFamily family) {
   c.n_layer = 2;
   c.n_head = 4;
   c.n_kv_head = family == ModelFamily::gpt2 ? 0 : 2;
-  if (family == ModelFamily::qwen3) c.attn_head_dim = 12;  // heads apart from d_model / n_head
+  if (block_for(family).layout().head_norm) c.attn_head_dim = 12;  // apart from d_model / n_head
   c.d_model = 32;
   c.vocab_size = 97;
   c.max_seq_len = 16;
   c.tie_embeddings = family == ModelFamily::gpt2;
-  if (family == ModelFamily::mixtral) c.moe.experts = 4;  // top-2, experts d_ff wide
+  if (block_for(family).layout().moe) c.moe.experts = 4;  // top-2, experts d_ff wide
   return c;
 }
 
@@ -33,6 +33,7 @@ std::string ffn_projection(ModelFamily family) {
     case ModelFamily::gpt2:
       return "layers.0.mlp.proj.weight";
     case ModelFamily::mixtral:
+    case ModelFamily::qwen3_moe:
       return "layers.0.moe.experts.down.weight";
     default:
       return "layers.0.mlp.down.weight";
@@ -195,7 +196,8 @@ TEST(Decoder, BadShapesAreClearErrors) {
 
 INSTANTIATE_TEST_SUITE_P(Families, DecoderFamilies,
                          ::testing::Values(ModelFamily::gpt2, ModelFamily::llama,
-                                           ModelFamily::qwen3, ModelFamily::mixtral),
+                                           ModelFamily::qwen3, ModelFamily::mixtral,
+                                           ModelFamily::qwen3_moe),
                          [](const auto& param_info) {
                            return std::string(family_name(param_info.param));
                          });

@@ -3,7 +3,8 @@
 // the kernels have their own finite-difference tests (tests/kernels), this checks that a block
 // wires them together right. Above all for the families added through the block seam, Qwen3
 // (per-head q/k norms, heads wider than d_model / n_head), Llama 3.x (RoPE rescaling) and
-// Mixtral (the MoE FFN, its balancing losses part of the objective, with and without drops).
+// Mixtral (the MoE FFN, its balancing losses part of the objective, with and without drops) and
+// Qwen3-MoE (both together).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -21,6 +22,7 @@ namespace {
 struct Family {
   const char* name;
   ModelConfig config;
+  uint64_t seed = 7;  // of the initial weights
 };
 
 std::vector<Family> families() {
@@ -44,6 +46,15 @@ std::vector<Family> families() {
   ModelConfig mixtral_top1 = mixtral;
   mixtral_top1.moe.top_k = 1;
   mixtral_top1.moe.normalize_topk = false;
+  // Qwen3-MoE: the per-head q/k norms ahead of the MoE FFN, its weights renormalised
+  // (norm_topk_prob) or not. Without the renormalisation, seed 7's weights leave a layer-1 token
+  // within a finite-difference step of a tie between two experts (nearly every step reroutes it),
+  // hence another seed.
+  ModelConfig qwen3_moe = testing::tiny_model(ModelFamily::qwen3_moe);
+  qwen3_moe.moe.aux_loss_coeff = 0.1f;
+  qwen3_moe.moe.z_loss_coeff = 0.05f;
+  ModelConfig qwen3_moe_unnormalized = qwen3_moe;
+  qwen3_moe_unnormalized.moe.normalize_topk = false;
   return {{"gpt2", testing::tiny_model(ModelFamily::gpt2)},
           {"llama", testing::tiny_model(ModelFamily::llama)},
           {"llama3", llama3},
@@ -52,7 +63,9 @@ std::vector<Family> families() {
           {"mixtral", mixtral},
           {"mixtral_capacity", mixtral_capacity},
           {"mixtral_sigmoid", mixtral_sigmoid},
-          {"mixtral_top1", mixtral_top1}};
+          {"mixtral_top1", mixtral_top1},
+          {"qwen3_moe", qwen3_moe},
+          {"qwen3_moe_unnormalized", qwen3_moe_unnormalized, 11}};
 }
 
 // What an MoE model's last forward routed, per layer: tokens per expert and drops (empty for a
@@ -75,7 +88,7 @@ TEST(FamilyGradients, BackwardMatchesFiniteDifferences) {
     c.init_std = 0.2f;  // logits far enough from uniform that every parameter matters
     Arena arena;
     Decoder m(c, arena, b, t);
-    m.init(7);
+    m.init(f.seed);
     ParamStore& p = m.params();
     p.zero_grads();
     m.forward_backward(in.data(), tg.data(), 1.0f / float(b * t));  // grads of the mean loss

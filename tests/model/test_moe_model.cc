@@ -88,6 +88,10 @@ TEST(MoeModel, UnsupportedCombinationsFailAtConstruction) {
   EXPECT_EQ(construction_error(mixtral(), o), "");
   o.precision = DType::bf16;
   EXPECT_NE(construction_error(mixtral(), o).find("train.precision"), std::string::npos);
+  // Every MoE family alike, named in the message.
+  const std::string qwen3_moe = construction_error(testing::tiny_model(ModelFamily::qwen3_moe), o);
+  EXPECT_NE(qwen3_moe.find("(family qwen3_moe) trains in f32 only"), std::string::npos)
+      << qwen3_moe;
 }
 
 TEST(MoeModel, RoutingRecordPerLayer) {

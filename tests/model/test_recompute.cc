@@ -19,13 +19,14 @@ ModelConfig model(ModelFamily family, int64_t layers, AttentionKernel attention)
   c.n_layer = layers;
   c.n_head = 4;
   c.n_kv_head = family == ModelFamily::gpt2 ? 0 : 2;
-  if (family == ModelFamily::qwen3) c.attn_head_dim = 12;
+  if (family == ModelFamily::qwen3 || family == ModelFamily::qwen3_moe) c.attn_head_dim = 12;
   c.d_model = 64;
   c.vocab_size = 101;
   c.max_seq_len = 32;
   c.tie_embeddings = family == ModelFamily::gpt2;
   c.attention = attention;
-  if (family == ModelFamily::mixtral) {  // 2 of 4 experts, with drops and both balancing losses
+  if (family == ModelFamily::mixtral || family == ModelFamily::qwen3_moe) {
+    // 2 of 4 experts, with drops and both balancing losses.
     c.moe.experts = 4;
     c.moe.expert_ffn = 32;
     c.moe.capacity_factor = 0.75;
@@ -67,9 +68,10 @@ Grads run(const ModelConfig& c, RecomputePolicy policy, int64_t b, int64_t t,
 
 TEST(Recompute, GradientsAreBitwiseIdentical) {
   for (DType precision : {DType::f32, DType::bf16}) {
-    for (ModelFamily family :
-         {ModelFamily::gpt2, ModelFamily::llama, ModelFamily::qwen3, ModelFamily::mixtral}) {
-      if (family == ModelFamily::mixtral && precision != DType::f32) continue;  // f32 only yet
+    for (ModelFamily family : {ModelFamily::gpt2, ModelFamily::llama, ModelFamily::qwen3,
+                               ModelFamily::mixtral, ModelFamily::qwen3_moe}) {
+      const bool moe = family == ModelFamily::mixtral || family == ModelFamily::qwen3_moe;
+      if (moe && precision != DType::f32) continue;  // f32 only yet
       for (AttentionKernel attention : {AttentionKernel::naive, AttentionKernel::flash}) {
         const ModelConfig c = model(family, 3, attention);
         const Grads want = run(c, {Recompute::none, 0}, 2, 16, precision);

@@ -1,6 +1,6 @@
-// The small decoders the model tests build on: 2 layers, 4 query heads (2 kv heads for llama,
-// qwen3 and mixtral; qwen3's heads are 12 wide instead of d_model / n_head = 16; mixtral routes
-// each token to 2 of 4 experts 32 wide),
+// The small decoders the model tests build on: 2 layers, 4 query heads (2 kv heads but for gpt2;
+// qwen3's and qwen3_moe's heads are 12 wide instead of d_model / n_head = 16; mixtral and
+// qwen3_moe route each token to 2 of 4 experts 32 wide),
 // d_model 64, a vocabulary of 101, up to 16 positions; and reproducible token ids for them.
 #pragma once
 #include <cstdint>
@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "model/block.h"
 #include "model/config.h"
 
 namespace strata::testing {
@@ -18,13 +19,13 @@ inline ModelConfig tiny_model(ModelFamily family, AttentionKernel attention, boo
   c.n_layer = 2;
   c.n_head = 4;
   c.n_kv_head = family == ModelFamily::gpt2 ? 0 : 2;
-  if (family == ModelFamily::qwen3) c.attn_head_dim = 12;
+  if (family == ModelFamily::qwen3 || family == ModelFamily::qwen3_moe) c.attn_head_dim = 12;
   c.d_model = 64;
   c.vocab_size = 101;
   c.max_seq_len = 16;
   c.tie_embeddings = tied;
   c.attention = attention;
-  if (family == ModelFamily::mixtral) {  // top-2 of 4 experts, each 32 wide
+  if (block_for(family).layout().moe) {  // top-2 of 4 experts, each 32 wide
     c.moe.experts = 4;
     c.moe.expert_ffn = 32;
   }

@@ -201,7 +201,12 @@ TEST(MemoryModel, OneProcessMatchesTheArenaExactly) {
             "model.moe.z_loss_coeff=0.01", "model.moe.capacity_factor=1.5",
             "model.moe.expert_ffn=48", "train.recompute=full", "train.recompute_layers=1"},
            {"model.family=mixtral", "model.n_kv_head=2", "model.moe.experts=4",
-            "train.activation_offload=true", "train.recompute=selective"}}) {
+            "train.activation_offload=true", "train.recompute=selective"},
+           // qwen3_moe: the head norms' kept q, k beside the MoE layer's tensors.
+           {"model.family=qwen3_moe", "model.n_kv_head=2", "model.head_dim=12",
+            "model.moe.experts=4", "model.moe.normalize_topk=false"},
+           {"model.family=qwen3_moe", "model.n_kv_head=2", "model.moe.experts=4",
+            "model.moe.z_loss_coeff=0.01", "train.recompute=selective"}}) {
     const RunConfig c = small(dir, sets);
     expect_equal(build_single(c, dir), estimate_rank_memory(c, 1, 0, with_threads(false)),
                  joined(sets));

@@ -281,13 +281,13 @@ INSTANTIATE_TEST_SUITE_P(
         BadValue{"[system]\nthreads = -1", "system.threads: must be 0 (all cores) or more"},
         BadValue{"[sample]\ntop_k = -1", "sample.top_k:"},
         BadValue{"[model]\nfamily = \"gpt3\"",
-                 "model.family: unknown value 'gpt3' (expected \"gpt2\", \"llama\", \"qwen3\" or "
-                 "\"mixtral\")"},
+                 "model.family: unknown value 'gpt3' (expected \"gpt2\", \"llama\", \"qwen3\", "
+                 "\"mixtral\" or \"qwen3_moe\")"},
         // ModelConfig::finalize's checks surface with the key they name.
         BadValue{"[model]\nn_head = 3", "model.n_head: 3 heads do not divide d_model = 256"},
         BadValue{"[model]\nn_kv_head = 2", "model.n_kv_head:"},
         BadValue{"[model]\nvocab_size = 1", "model.vocab_size:"},
-        // The mixtral family's model.moe keys, and what it does not run with yet.
+        // The MoE families' model.moe keys, and what they do not run with yet.
         BadValue{"[model]\nfamily = \"mixtral\"\n[model.moe]\nexperts = 4\ntop_k = 5",
                  "model.moe.top_k: must be in [1, 4]"},
         BadValue{"[model]\nfamily = \"mixtral\"",
@@ -301,7 +301,15 @@ INSTANTIATE_TEST_SUITE_P(
         BadValue{"[model]\nfamily = \"mixtral\"\nattention = \"flash\"\n[model.moe]\n"
                  "experts = 4\n[system]\ndevice = \"cuda\"",
                  "model.moe.experts > 0 (family mixtral) runs on the CPU only so far: set "
-                 "system.device = \"cpu\""}));
+                 "system.device = \"cpu\""},
+        BadValue{"[model]\nfamily = \"qwen3_moe\"",
+                 "model.moe.experts: the qwen3_moe family needs at least 2 experts, got 0"},
+        BadValue{"[model]\nfamily = \"qwen3\"\n[model.moe]\nexperts = 4",
+                 "model.moe.experts: the qwen3 family has a dense MLP; leave model.moe.experts at "
+                 "0 or use an MoE family (\"mixtral\", \"qwen3_moe\")"},
+        BadValue{"[model]\nfamily = \"qwen3_moe\"\n[model.moe]\nexperts = 4\n[parallel]\ntp = 2",
+                 "model.moe.experts > 0 (family qwen3_moe) does not run with tensor or sequence "
+                 "parallelism yet: set parallel.tp = 1"}));
 
 TEST(Config, OverridesInEveryForm) {
   RunConfig c = parse_config(

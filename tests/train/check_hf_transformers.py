@@ -20,7 +20,8 @@ fall in all three frequency bands), qwen3 (per-head q/k RMSNorm, head_dim 16 apa
 d_model / n_head = 8; the import's random model ties its head, the export's does not), mixtral
 (4 experts, top 2 with renormalised softmax weights; MixtralForCausalLM, transformers >= 4.36:
 the same logits mean the same router choices, a token sent elsewhere would move them by far more
-than the tolerance).
+than the tolerance), qwen3_moe (qwen3's attention with 4 experts, top 2, norm_topk_prob;
+Qwen3MoeForCausalLM, whose experts transformers 5 holds fused but saves and loads one by one).
 
 Usage: PYTHON tests/train/check_hf_transformers.py STRATA_BINARY SOURCE_DIR [--families a,b]
        [--tolerance T]
@@ -52,6 +53,8 @@ try:
         from transformers import Qwen3Config, Qwen3ForCausalLM
     if "mixtral" in FAMILY_NAMES:
         from transformers import MixtralConfig, MixtralForCausalLM
+    if "qwen3_moe" in FAMILY_NAMES:
+        from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
 except ImportError as e:
     msg = ("%s cannot import %s: scripts/install_deps.sh installs python3-torch (Debian) and "
            "transformers (pip) for /usr/bin/python3" % (sys.executable, e.name))
@@ -82,12 +85,20 @@ FAMILIES = {
     "mixtral": ["--set", "model.family=mixtral", "--set", "model.n_kv_head=2",
                 "--set", "model.rope_theta=50000", "--set", "model.moe.experts=4",
                 "--set", "model.moe.top_k=2", "--set", "model.moe.expert_ffn=128"],
+    # qwen3's heads (16 wide, apart from d_model / n_head = 8) and 4 experts, 2 per token.
+    "qwen3_moe": ["--set", "model.family=qwen3_moe", "--set", "model.n_kv_head=2",
+                  "--set", "model.head_dim=16", "--set", "model.rope_theta=1000000",
+                  "--set", "model.norm_eps=1e-6", "--set", "model.moe.experts=4",
+                  "--set", "model.moe.top_k=2", "--set", "model.moe.expert_ffn=96",
+                  "--set", "model.moe.aux_loss_coeff=0.001"],
 }
 CLASSES = {"gpt2": GPT2LMHeadModel, "llama": LlamaForCausalLM, "llama3": LlamaForCausalLM}
 if "qwen3" in FAMILY_NAMES:
     CLASSES["qwen3"] = Qwen3ForCausalLM
 if "mixtral" in FAMILY_NAMES:
     CLASSES["mixtral"] = MixtralForCausalLM
+if "qwen3_moe" in FAMILY_NAMES:
+    CLASSES["qwen3_moe"] = Qwen3MoeForCausalLM
 # transformers 4.56 renamed from_pretrained's torch_dtype to dtype.
 DTYPE_KW = "dtype" if tuple(int(x) for x in transformers.__version__.split(".")[:2]) >= (4, 56) \
     else "torch_dtype"
@@ -165,13 +176,22 @@ def check_export(strata, work, family, run_dir):
 
 def random_model(family):
     torch.manual_seed({"gpt2": 1234, "llama": 5678, "llama3": 4321, "qwen3": 8765,
-                       "mixtral": 2468}[family])
+                       "mixtral": 2468, "qwen3_moe": 1357}[family])
     if family == "mixtral":
         config = MixtralConfig(vocab_size=320, hidden_size=32, intermediate_size=40,
                                num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                                num_local_experts=4, num_experts_per_tok=2,
                                max_position_embeddings=48, rms_norm_eps=1e-6, rope_theta=50000.0,
                                tie_word_embeddings=False, initializer_range=0.1)
+    elif family == "qwen3_moe":
+        # intermediate_size is the width of dense (mlp_only) layers, of which there are none.
+        config = Qwen3MoeConfig(vocab_size=320, hidden_size=32, intermediate_size=80,
+                                num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                head_dim=16, num_experts=4, num_experts_per_tok=2,
+                                moe_intermediate_size=24, norm_topk_prob=True,
+                                max_position_embeddings=48, rms_norm_eps=1e-6,
+                                rope_theta=1000000.0, tie_word_embeddings=False,
+                                initializer_range=0.1, use_sliding_window=False)
     elif family == "qwen3":
         config = Qwen3Config(vocab_size=320, hidden_size=32, intermediate_size=80,
                              num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
@@ -257,6 +277,7 @@ def main():
         layouts = {"llama": ["--set", "parallel.tp=2"], "llama3": ["--set", "parallel.pp=2"],
                    "qwen3": ["--set", "parallel.tp=2"],
                    "mixtral": ["--set", "parallel.dp=2", "--set", "parallel.zero=3"],
+                   "qwen3_moe": ["--set", "parallel.dp=2", "--set", "parallel.zero=3"],
                    "gpt2": ["--set", "parallel.dp=2", "--set", "parallel.zero=3"]}
         for family in FAMILY_NAMES:
             run_dir = train(strata, src, work, family, data)

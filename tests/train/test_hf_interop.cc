@@ -39,6 +39,11 @@ RunConfig tiny(const std::string& family, bool tie, int vocab = 64) {
   if (family != "gpt2") sets.insert(sets.end(), {"model.n_kv_head=2", "model.d_ff=48"});
   if (family == "qwen3") sets.push_back("model.head_dim=12");      // apart from d_model / n_head
   if (family == "mixtral") sets.push_back("model.moe.experts=4");  // top-2, experts d_ff wide
+  // qwen3's heads, and experts narrower than d_ff whose weights are not renormalised (none of the
+  // defaults, so that the round trips show every field travels).
+  if (family == "qwen3_moe")
+    sets.insert(sets.end(), {"model.head_dim=12", "model.moe.experts=4", "model.moe.expert_ffn=24",
+                             "model.moe.normalize_topk=false", "model.moe.aux_loss_coeff=0.001"});
   if (family == "llama3")
     sets.insert(sets.end(),
                 {"model.rope_theta=500000", "model.rope_scaling=llama3", "model.rope_factor=32",
@@ -263,7 +268,8 @@ INSTANTIATE_TEST_SUITE_P(
                       RoundTrip{"gpt2", true, 0.02}, RoundTrip{"llama", false, 0.02},
                       RoundTrip{"llama3", false, 0}, RoundTrip{"qwen3", false, 0},
                       RoundTrip{"qwen3", true, 0.02}, RoundTrip{"mixtral", false, 0},
-                      RoundTrip{"mixtral", true, 0.02}),
+                      RoundTrip{"mixtral", true, 0.02}, RoundTrip{"qwen3_moe", false, 0},
+                      RoundTrip{"qwen3_moe", true, 0.02}),
     [](const ::testing::TestParamInfo<RoundTrip>& param) {
       const RoundTrip& p = param.param;
       return p.family + (p.tie ? "_tied" : "_untied") + (p.shard_mb > 0 ? "_sharded" : "_one_file");
@@ -412,6 +418,16 @@ TEST(HfImport, UnsupportedConfigsNameTheKey) {
   expect_import_error(
       "tie", "llama", false, [](auto& j) { j["tie_word_embeddings"] = true; },
       "lm_head.weight differs");
+  // Qwen3-MoE with dense layers among the sparse ones.
+  expect_import_error(
+      "sparse_step", "qwen3_moe", false, [](auto& j) { j["decoder_sparse_step"] = 2; },
+      "\"decoder_sparse_step\" = 2 is not supported");
+  expect_import_error(
+      "mlp_only", "qwen3_moe", false, [](auto& j) { j["mlp_only_layers"] = {1}; },
+      "\"mlp_only_layers\" = [1] is not supported");
+  expect_import_error(
+      "moe_window", "qwen3_moe", false, [](auto& j) { j["use_sliding_window"] = true; },
+      "\"use_sliding_window\" = true is not supported");
   expect_import_error(
       "shape", "gpt2", true, [](auto& j) { j["n_inner"] = 64; },
       "transformer.h.0.mlp.c_fc.weight' has shape [32, 128]");
@@ -459,6 +475,58 @@ TEST(HfNames, MixtralExpertsAreSlicesOfTheGlobalTensors) {
   EXPECT_EQ(back_config.moe.experts, 4);
   EXPECT_EQ(back_config.expert_ffn(), F);
   run.model.moe.gating = kernels::MoeGating::sigmoid_bias;
+  EXPECT_THROW(hf::config_json(run.model, -1), Error);
+}
+
+// Qwen3-MoE: qwen3's q_norm / k_norm, the router mlp.gate and expert j's gate_proj | up_proj as
+// rows of gate_up[j], its down_proj as down[j] (the names transformers 5's save_pretrained
+// writes); config.json carries the experts, their width apart from intermediate_size and
+// norm_topk_prob. transformers 5 writes num_experts as num_local_experts: both are read.
+TEST(HfNames, Qwen3MoeExpertsAreSlicesOfTheGlobalTensors) {
+  RunConfig run = tiny("qwen3_moe", false);
+  const ModelConfig& m = run.model;
+  const int64_t C = 32, F = 24;
+  std::map<std::string, hf::Rule> by_hf;
+  for (const hf::Rule& r : hf::rules(m)) by_hf[r.hf] = r;
+  EXPECT_EQ(by_hf.at("model.layers.1.mlp.gate.weight").strata, "layers.1.moe.router.weight");
+  EXPECT_EQ(by_hf.at("model.layers.1.self_attn.k_norm.weight").strata,
+            "layers.1.attn.k_norm.weight");
+  EXPECT_EQ(by_hf.at("model.layers.1.self_attn.k_norm.weight").hf_shape,
+            (std::vector<int64_t>{12}));
+  const hf::Rule& up = by_hf.at("model.layers.0.mlp.experts.2.up_proj.weight");
+  EXPECT_EQ(up.strata, "layers.0.moe.experts.gate_up.weight");
+  EXPECT_EQ(up.placement, hf::Placement::slice);
+  EXPECT_EQ(up.hf_shape, (std::vector<int64_t>{F, C}));
+  EXPECT_EQ(up.offset, (2 * 2 + 1) * F * C);
+  const hf::Rule& gate = by_hf.at("model.layers.0.mlp.experts.2.gate_proj.weight");
+  EXPECT_EQ(gate.offset, 2 * 2 * F * C);
+  const hf::Rule& down = by_hf.at("model.layers.0.mlp.experts.3.down_proj.weight");
+  EXPECT_EQ(down.strata, "layers.0.moe.experts.down.weight");
+  EXPECT_EQ(down.hf_shape, (std::vector<int64_t>{C, F}));
+  EXPECT_EQ(down.offset, 3 * C * F);
+  EXPECT_EQ(by_hf.count("model.layers.0.mlp.gate_proj.weight"), 0u);  // no dense MLP
+
+  nlohmann::json j = hf::config_json(m, -1);
+  EXPECT_EQ(j["architectures"][0], "Qwen3MoeForCausalLM");
+  EXPECT_EQ(j["model_type"], "qwen3_moe");
+  EXPECT_EQ(j["num_experts"], 4);
+  EXPECT_EQ(j["num_experts_per_tok"], 2);
+  EXPECT_EQ(j["moe_intermediate_size"], F);
+  EXPECT_EQ(j["intermediate_size"], 48);
+  EXPECT_EQ(j["norm_topk_prob"], false);
+  EXPECT_EQ(j["decoder_sparse_step"], 1);
+  EXPECT_EQ(j["mlp_only_layers"], nlohmann::json::array());
+  EXPECT_EQ(j["head_dim"], 12);
+  j["num_local_experts"] = j["num_experts"];
+  j.erase("num_experts");
+  const ModelConfig back = hf::model_from_config_json(j, "config.json");
+  EXPECT_EQ(back.family, ModelFamily::qwen3_moe);
+  EXPECT_EQ(back.moe.experts, 4);
+  EXPECT_EQ(back.expert_ffn(), F);
+  EXPECT_EQ(back.d_ff, 48);
+  EXPECT_FALSE(back.moe.normalize_topk);
+  EXPECT_EQ(back.head_dim(), 12);
+  run.model.moe.routed_scale = 2.0f;
   EXPECT_THROW(hf::config_json(run.model, -1), Error);
 }
 

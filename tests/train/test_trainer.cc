@@ -23,8 +23,9 @@ std::string temp_dir(const std::string& name) {
 
 RunConfig small_config(const std::string& family, const std::string& run_dir) {
   std::vector<std::string> sets = {"model.family=" + family};
-  if (family == "llama" || family == "mixtral") sets.push_back("model.n_kv_head=2");
-  if (family == "mixtral") sets.push_back("model.moe.experts=4");
+  const bool moe = family == "mixtral" || family == "qwen3_moe";
+  if (family == "llama" || moe) sets.push_back("model.n_kv_head=2");
+  if (moe) sets.push_back("model.moe.experts=4");
   return test_support::small_run_config(run_dir, sets);
 }
 
@@ -78,7 +79,7 @@ TEST_P(TrainerFamilies, StepLoopMakesNoArenaAllocation) {
     if (j["step"] == 2) {
       EXPECT_TRUE(j.contains("val_loss"));
     }
-    if (GetParam() == "mixtral") {  // the routers' record, per step
+    if (GetParam() == "mixtral" || GetParam() == "qwen3_moe") {  // the routers' record, per step
       EXPECT_GT(j["moe"]["aux_loss"].get<double>(), 0.0) << line;
       EXPECT_EQ(j["moe"]["tokens_per_expert"].size(), 2u) << line;
       // Per layer: tokens per expert as min / mean / max (4 experts, top 2: mean n * 2 / 4).
@@ -93,7 +94,8 @@ TEST_P(TrainerFamilies, StepLoopMakesNoArenaAllocation) {
   EXPECT_TRUE(latest_checkpoint(c.run.dir + "/ckpt").has_value());
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, TrainerFamilies, ::testing::Values("gpt2", "llama", "mixtral"));
+INSTANTIATE_TEST_SUITE_P(Families, TrainerFamilies,
+                         ::testing::Values("gpt2", "llama", "mixtral", "qwen3_moe"));
 
 TEST(Trainer, LearnsRealText) {
   // A short run on real English text must bring validation loss well below where it started.
