@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The interpreter for the transformers interop test's newer families (tests/CMakeLists.txt,
-# python_hf_transformers_new_families): Qwen3 needs transformers >= 4.51, which needs a torch newer
+# python_hf_transformers_new_families: llama3, qwen3, mixtral, qwen3_moe; transformers 5.24.0 has
+# all four, Qwen3 and Qwen3-MoE need >= 4.51, Mixtral >= 4.36), which needs a torch newer
 # than Debian's 1.13, so the test runs in bench/torch_venv.sh's venv (current PyTorch from PyPI)
 # with transformers and safetensors added, at pinned versions. Idempotent; scripts/test.sh runs it
 # in the background during the build (~3-5 min from an empty pip cache, mostly downloads).
