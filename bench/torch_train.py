@@ -50,6 +50,42 @@ class RMSNorm(nn.Module):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
 
 
+class MoeFfn(nn.Module):
+    """A Mixtral-style sparse MoE SwiGLU FFN written with torch ops, as Hugging Face's
+    MixtralSparseMoeBlock computes it: router -> softmax -> top-k -> renormalise; then, expert by
+    expert, the rows routed to it gathered (index), run through its SwiGLU, weighted and added back
+    (index_add_); plus the Switch auxiliary loss on the router's probabilities."""
+
+    def __init__(self, a):
+        super().__init__()
+        C, E, F_ = a.d_model, a.experts, a.expert_ffn
+        self.E, self.k, self.aux_coeff = E, a.top_k, a.aux_coeff
+        self.router = nn.Linear(C, E, bias=False)
+        self.gate_up = nn.Parameter(torch.empty(E, 2 * F_, C))
+        self.down = nn.Parameter(torch.empty(E, C, F_))
+        self.aux = torch.zeros(())
+
+    def forward(self, h):
+        B, T, C = h.shape
+        x = h.reshape(B * T, C)
+        probs = torch.softmax(self.router(x), dim=-1)
+        weight, chosen = torch.topk(probs, self.k, dim=-1)
+        weight = weight / weight.sum(-1, keepdim=True)
+        out = torch.zeros_like(x)
+        counts = torch.zeros(self.E, device=x.device)
+        for e in range(self.E):
+            tok, slot = torch.where(chosen == e)
+            counts[e] = tok.numel()
+            if tok.numel() == 0:
+                continue
+            g, u = F.linear(x[tok], self.gate_up[e]).chunk(2, dim=-1)
+            y = F.linear(F.silu(g) * u, self.down[e])
+            out.index_add_(0, tok, y * weight[tok, slot, None])
+        f = counts / (B * T * self.k)
+        self.aux = self.aux_coeff * self.E * (f * probs.mean(0)).sum()
+        return out.view(B, T, C)
+
+
 class Block(nn.Module):
     def __init__(self, a):
         super().__init__()
@@ -61,10 +97,11 @@ class Block(nn.Module):
         self.qkv = nn.Linear(C, (H + 2 * KV) * hd, bias=bias)
         self.o = nn.Linear(H * hd, C, bias=bias)
         self.mlp_norm = Norm()
+        self.moe = MoeFfn(a) if a.family == "mixtral" else None
         if self.gpt2:
             self.fc = nn.Linear(C, a.d_ff, bias=True)
             self.proj = nn.Linear(a.d_ff, C, bias=True)
-        else:
+        elif self.moe is None:
             self.gate_up = nn.Linear(C, 2 * a.d_ff, bias=False)
             self.down = nn.Linear(a.d_ff, C, bias=False)
 
@@ -95,6 +132,8 @@ class Block(nn.Module):
         h = self.mlp_norm(x)
         if self.gpt2:
             m = self.proj(F.gelu(self.fc(h), approximate="tanh"))
+        elif self.moe is not None:
+            m = self.moe(h)
         else:
             g, u = self.gate_up(h).chunk(2, dim=-1)
             m = self.down(F.silu(g) * u)
@@ -116,7 +155,7 @@ class Decoder(nn.Module):
                 nn.init.normal_(p, std=0.02)
         T, hd = a.seq_len, a.d_model // a.n_head
         self.register_buffer("mask", torch.full((T, T), float("-inf")).triu(1), persistent=False)
-        if a.family == "llama":
+        if a.family in ("llama", "mixtral"):
             inv = 10000.0 ** (-torch.arange(0, hd // 2, dtype=torch.float64) * 2 / hd)
             ang = torch.outer(torch.arange(T, dtype=torch.float64), inv)
             emb = torch.cat([ang, ang], -1)
@@ -128,13 +167,15 @@ class Decoder(nn.Module):
         x = self.embed(tokens)
         if self.a.family == "gpt2":
             x = x + self.pos_embed.weight[:T]
-        rope = (self.cos[:T], self.sin[:T]) if self.a.family == "llama" else None
+        rope = (self.cos[:T], self.sin[:T]) if self.a.family in ("llama", "mixtral") else None
         mask = self.mask[:T, :T]
         for layer in self.layers:
             x = layer(x, mask, rope)
         x = self.final_norm(x)
         logits = F.linear(x, self.embed.weight if self.head is None else self.head.weight)
-        return F.cross_entropy(logits.view(B * T, -1), targets.reshape(B * T))
+        loss = F.cross_entropy(logits.view(B * T, -1), targets.reshape(B * T))
+        # The MoE layers' auxiliary losses join the objective (strata's as well).
+        return loss + sum(l.moe.aux for l in self.layers if l.moe is not None) if self.a.family == "mixtral" else loss
 
 
 def resolve_attn(want):
@@ -167,7 +208,11 @@ def make_adamw(groups, want, opt_kw):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--family", choices=["gpt2", "llama"], default="gpt2")
+    ap.add_argument("--family", choices=["gpt2", "llama", "mixtral"], default="gpt2")
+    ap.add_argument("--experts", type=int, default=8, help="mixtral: experts per layer")
+    ap.add_argument("--top-k", type=int, default=2, help="mixtral: experts per token")
+    ap.add_argument("--expert-ffn", type=int, default=256, help="mixtral: each expert's width")
+    ap.add_argument("--aux-coeff", type=float, default=0.02, help="mixtral: the aux loss's weight")
     ap.add_argument("--n-layer", type=int, default=4)
     ap.add_argument("--n-head", type=int, default=4)
     ap.add_argument("--n-kv-head", type=int, default=0, help="0: n_head")
@@ -205,6 +250,8 @@ def main():
     params = list(model.parameters())
     n_params = sum(p.numel() for p in params)
     n_nopos = n_params - (model.pos_embed.weight.numel() if a.family == "gpt2" else 0)
+    if a.family == "mixtral":  # FLOPs count the parameters a token runs through: top_k experts
+        n_nopos -= a.n_layer * (a.experts - a.top_k) * 3 * a.expert_ffn * a.d_model
     flops_per_token = 6 * n_nopos + 12 * a.n_layer * a.d_model * a.seq_len
     decay = [p for p in params if p.dim() >= 2]
     no_decay = [p for p in params if p.dim() < 2]
