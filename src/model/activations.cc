@@ -34,6 +34,10 @@ void moe_buffers(LayerActivations& l, const ModelConfig& cfg, A& arena, MemCateg
   l.moe_gate_up = buf(rows * 2 * f, "moe expert gate|up");
   l.moe_h = buf(rows * f, "moe expert activation");
   l.moe_ys = buf(rows * c, "moe expert output");
+  if (const int64_t s = cfg.shared_ffn(); s > 0) {
+    l.moe_shared_gate_up = buf(n * 2 * s, "moe shared experts gate|up");
+    l.moe_shared_h = buf(n * s, "moe shared experts activation");
+  }
 }
 
 template <class A>
@@ -167,6 +171,10 @@ void scratch_buffers(GradScratch& g, const ModelConfig& cfg, const ModelShard& s
     g.moe_drows = ws(n * k * c, "moe expert rows gradient");
     g.moe_dh = ws(n * k * fe, "moe expert activation gradient");
     g.moe_dgate_up = ws(n * k * 2 * fe, "moe expert gate|up gradient");
+    if (const int64_t s = cfg.shared_ffn(); s > 0) {
+      g.moe_shared_dh = ws(n * s, "moe shared experts activation gradient");
+      g.moe_shared_dgate_up = ws(n * 2 * s, "moe shared experts gate|up gradient");
+    }
     if (cfg.moe.z_loss_coeff <= 0) g.moe_logits = ws(n * e, "moe router logits");
   } else {
     g.dmlp_pre = ws(n * pre_width, "mlp pre-activation gradient");

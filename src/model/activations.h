@@ -50,6 +50,8 @@ struct LayerActivations {
   float* moe_gate_up = nullptr;              // [rows, 2F]
   float* moe_h = nullptr;                    // [rows, F] SwiGLU output
   float* moe_ys = nullptr;                   // [rows, c] experts' outputs
+  float* moe_shared_gate_up = nullptr;       // [n, 2S] shared experts' gate|up (S: shared_ffn)
+  float* moe_shared_h = nullptr;             // [n, S] their SwiGLU output
   // Mixed precision (bf16 / f16): the inputs of the layer's GEMMs are kept in 16 bits instead;
   // their f32 versions above are then transient buffers shared by every layer (null here).
   // attn_out stays f32 under flash attention, whose backward reads it.
@@ -140,12 +142,14 @@ struct GradScratch {
   float* attn_scratch = nullptr;
   // The MoE FFN's backward (mixtral): router logits' and combine weights' gradients, then the
   // expert rows': dys (reused for dxs), dh, dgate_up.
-  float* moe_dlogits = nullptr;   // [n, e]
-  float* moe_dweight = nullptr;   // [n, k]
-  float* moe_drows = nullptr;     // [n * k, c]
-  float* moe_dh = nullptr;        // [n * k, F]
-  float* moe_dgate_up = nullptr;  // [n * k, 2F]
-  float* moe_logits = nullptr;    // [n, e] router logits when the layer does not keep them
+  float* moe_dlogits = nullptr;          // [n, e]
+  float* moe_dweight = nullptr;          // [n, k]
+  float* moe_drows = nullptr;            // [n * k, c]
+  float* moe_dh = nullptr;               // [n * k, F]
+  float* moe_dgate_up = nullptr;         // [n * k, 2F]
+  float* moe_shared_dh = nullptr;        // [n, S] shared experts' activation gradient
+  float* moe_shared_dgate_up = nullptr;  // [n, 2S]
+  float* moe_logits = nullptr;           // [n, e] router logits when the layer does not keep them
   // Sequence parallelism only: two [n, c] buffers for all-gathered inputs and the full-row
   // partial sums that are reduce-scattered (forward and backward use them in turn).
   float* full_a = nullptr;

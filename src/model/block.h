@@ -40,6 +40,7 @@ struct BlockParams {
   int fc_w = -1, fc_b = -1, proj_w = -1, proj_b = -1;              // GELU MLP (gpt2)
   int gate_w = -1, up_w = -1, down_w = -1;                         // SwiGLU MLP (llama, qwen3)
   int router_w = -1, experts_gate_up_w = -1, experts_down_w = -1;  // MoE FFN (mixtral, ...)
+  int shared_gate_up_w = -1, shared_down_w = -1;                   // its shared experts
 };
 
 enum class NormKind { layernorm, rmsnorm };

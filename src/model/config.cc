@@ -26,6 +26,9 @@ void check_moe(const MoeConfig& m, ModelFamily family, const BlockLayout& layout
                " family needs at least 2 experts, got ", m.experts);
   STRATA_CHECK(m.top_k >= 1 && m.top_k <= m.experts, "model.moe.top_k: must be in [1, ", m.experts,
                "] (model.moe.experts), got ", m.top_k);
+  STRATA_CHECK(m.shared_experts >= 0 && m.shared_ffn >= 0,
+               "model.moe.shared_experts and model.moe.shared_ffn: must be 0 or more, got ",
+               m.shared_experts, " and ", m.shared_ffn);
   STRATA_CHECK(m.expert_ffn >= 0, "model.moe.expert_ffn: must be positive (or 0: d_ff), got ",
                m.expert_ffn);
   STRATA_CHECK(m.routed_scale > 0, "model.moe.routed_scale: must be positive, got ",
@@ -105,10 +108,11 @@ int64_t ModelConfig::num_params(bool include_positions) const {
   const int64_t norm = layernorm ? 2 * c : c;
   const int64_t attn =
       c * qkv + n_head * hd * c + (layout.biases ? qkv + c : 0) + (layout.head_norm ? 2 * hd : 0);
-  // An MoE layer: the router [experts, c] and each expert's gate|up and down.
-  const int64_t mlp = layout.moe ? moe.experts * c + moe.experts * 3 * c * expert_ffn()
-                                 : (layout.mlp_pre_factor + 1) * c * d_ff +
-                                       (layout.biases ? layout.mlp_pre_factor * d_ff + c : 0);
+  // An MoE layer: the router [experts, c], each expert's gate|up and down, the shared experts'.
+  const int64_t mlp =
+      layout.moe ? moe.experts * c + moe.experts * 3 * c * expert_ffn() + 3 * c * shared_ffn()
+                 : (layout.mlp_pre_factor + 1) * c * d_ff +
+                       (layout.biases ? layout.mlp_pre_factor * d_ff + c : 0);
   int64_t total = n_layer * (2 * norm + attn + mlp) + norm + vocab_size * c;
   if (!tie_embeddings) total += vocab_size * c;
   if (include_positions && layout.learned_positions) total += max_seq_len * c;

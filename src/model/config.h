@@ -43,6 +43,11 @@ struct MoeConfig {
   // 0: dropless; > 0: each expert takes at most ceil(factor * n * k / experts) of a
   // micro-batch's n tokens, the rest of its assignments are dropped.
   double capacity_factor = 0.0;
+  // Shared experts (DeepSeek-V2/V3, Qwen2-MoE): a dense SwiGLU every token runs through beside
+  // the routed ones, its output added to theirs; shared_experts of width shared_ffn (0: the
+  // expert width) fused into one SwiGLU of width shared_experts x shared_ffn.
+  int64_t shared_experts = 0;
+  int64_t shared_ffn = 0;
 
   bool enabled() const { return experts > 0; }
   // Rows of one expert at most for n tokens (0: no limit).
@@ -90,6 +95,10 @@ struct ModelConfig {
   int64_t qkv_width() const { return (n_head + 2 * kv_heads()) * head_dim(); }
   bool flash_attention() const { return attention == AttentionKernel::flash; }
   int64_t expert_ffn() const { return moe.expert_ffn > 0 ? moe.expert_ffn : d_ff; }
+  // The shared experts' fused SwiGLU width (0: none).
+  int64_t shared_ffn() const {
+    return moe.shared_experts * (moe.shared_ffn > 0 ? moe.shared_ffn : expert_ffn());
+  }
   RopeSpec rope() const;
 
   // Fills defaults that depend on the family and checks consistency; throws strata::Error

@@ -11,6 +11,10 @@ void register_moe_ffn(ParamStore& p, const ParamSlices& sl, const std::string& p
   b.router_w = p.add(pre + "moe.router.weight", {e, c}, g, TensorSlice{});
   b.experts_gate_up_w = p.add(pre + "moe.experts.gate_up.weight", {e, 2 * f, c}, g, TensorSlice{});
   b.experts_down_w = p.add(pre + "moe.experts.down.weight", {e, c, f}, g, TensorSlice{});
+  if (const int64_t s = cfg.shared_ffn(); s > 0) {
+    b.shared_gate_up_w = p.add(pre + "moe.shared.gate_up.weight", {2 * s, c}, g, TensorSlice{});
+    b.shared_down_w = p.add(pre + "moe.shared.down.weight", {c, s}, g, TensorSlice{});
+  }
 }
 
 void moe_ffn_forward(BlockRun& r, LayerActivations& l) {
@@ -35,6 +39,14 @@ void moe_ffn_forward(BlockRun& r, LayerActivations& l) {
   k.swiglu_forward(l.moe_h, l.moe_gate_up, rows, f);
   k.moe_grouped_linear_forward(l.moe_ys, l.moe_h, r.P(p.experts_down_w), l.moe_offsets, e, f, c);
   k.moe_combine_forward(l.resid_out, l.moe_ys, l.moe_weight, l.moe_token_row, n, top, c);
+  if (const int64_t s = r.cfg.shared_ffn(); s > 0) {  // + the shared experts' SwiGLU, every token
+    k.linear_forward(DType::f32, l.moe_shared_gate_up, l.mlp_norm, r.P(p.shared_gate_up_w), nullptr,
+                     {n, c, 2 * s}, {});
+    k.swiglu_forward(l.moe_shared_h, l.moe_shared_gate_up, n, s);
+    // resid_out += h_s down^T, accumulated by the GEMM itself (beta 1): no [n, c] temporary.
+    k.gemm(DType::f32, false, true, n, c, s, 1.0f, l.moe_shared_h, s, r.P(p.shared_down_w), s, 1.0f,
+           l.resid_out, c);
+  }
   k.add_inplace(l.resid_out, l.resid_mid, n * c);
 
   MoeLayerStats& st = *r.moe;
@@ -67,6 +79,15 @@ void moe_ffn_backward(BlockRun& r, LayerActivations& l) {
   k.moe_grouped_linear_backward(s.moe_drows, r.G(p.experts_gate_up_w), s.moe_dgate_up, l.moe_xs,
                                 r.P(p.experts_gate_up_w), l.moe_offsets, e, c, 2 * f);
   k.moe_permute_backward(s.dnorm, s.moe_drows, l.moe_token_row, n, top, c);
+  if (const int64_t sf = r.cfg.shared_ffn(); sf > 0) {  // the shared experts, into dnorm too
+    k.linear_backward(DType::f32, s.moe_shared_dh, r.G(p.shared_down_w), nullptr, s.dresid,
+                      l.moe_shared_h, r.P(p.shared_down_w), {n, sf, c}, {});
+    k.swiglu_backward(s.moe_shared_dgate_up, l.moe_shared_gate_up, s.moe_shared_dh, n, sf);
+    k.linear_backward(DType::f32, s.moe_drows, r.G(p.shared_gate_up_w), nullptr,
+                      s.moe_shared_dgate_up, l.mlp_norm, r.P(p.shared_gate_up_w), {n, c, 2 * sf},
+                      {});
+    k.add_inplace(s.dnorm, s.moe_drows, n * c);
+  }
   // The router: the combine weights' gradient through the chosen probabilities, plus the
   // balancing losses at this micro-batch's weight in the objective (see moe_ffn.h).
   k.moe_route_backward(m.gating, s.moe_dlogits, s.moe_dweight, l.moe_probs, l.moe_expert_idx, n, e,

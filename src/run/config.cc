@@ -99,6 +99,8 @@ const Field kFields[] = {
     STRATA_FIELD(model.moe, aux_loss_coeff),
     STRATA_FIELD(model.moe, z_loss_coeff),
     STRATA_FIELD(model.moe, capacity_factor),
+    STRATA_FIELD(model.moe, shared_experts),
+    STRATA_FIELD(model.moe, shared_ffn),
     STRATA_FIELD(train, steps),
     STRATA_FIELD(train, seed),
     STRATA_FIELD(train, batch_size),

@@ -279,6 +279,10 @@ nlohmann::json config_json(const ModelConfig& c, int64_t eos) {
                            {"original_max_position_embeddings", c.rope_original_max_seq_len}};
     }
     j["attention_bias"] = false;
+    STRATA_CHECK(
+        c.moe.shared_experts == 0, "export: ", family_name(c.family),
+        " in Hugging Face has no shared experts; this model has model.moe.shared_experts = ",
+        c.moe.shared_experts);
     if (c.family == ModelFamily::qwen3_moe) {
       // Softmax top-k, renormalised or not (norm_topk_prob), unscaled; every layer sparse.
       const MoeConfig& m = c.moe;

@@ -46,6 +46,18 @@ TEST_P(DecoderFamilies, ParameterCountMatchesConfig) {
   Arena arena;
   Decoder model(tiny(GetParam()), arena, 2, 8);
   EXPECT_EQ(model.params().size(), model.config().num_params(true));
+  if (model.config().moe.enabled()) {  // and with shared experts beside the routed ones
+    ModelConfig shared = tiny(GetParam());
+    shared.moe.shared_experts = 2;
+    shared.moe.shared_ffn = 20;
+    Arena a2;
+    Decoder with_shared(shared, a2, 2, 8);
+    EXPECT_EQ(with_shared.params().size(), with_shared.config().num_params(true));
+    EXPECT_EQ(with_shared.params().size() - model.params().size(),
+              shared.n_layer * 3 * shared.d_model * 40);
+    EXPECT_EQ(with_shared.config().num_params() - with_shared.config().num_active_params(),
+              model.config().num_params() - model.config().num_active_params());
+  }
   EXPECT_EQ(arena.current(MemCategory::params), model.params().size() * 4);
   EXPECT_EQ(arena.current(MemCategory::grads), model.params().size() * 4);
 }

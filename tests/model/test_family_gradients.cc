@@ -46,6 +46,13 @@ std::vector<Family> families() {
   ModelConfig mixtral_top1 = mixtral;
   mixtral_top1.moe.top_k = 1;
   mixtral_top1.moe.normalize_topk = false;
+  // DeepSeek's shared experts: two of width 12 beside the routed ones, every token through them.
+  // Seed 11: with seed 7 one embedding element's 1e-2 step moves two tokens between experts
+  // without changing the per-expert counts the test compares (at steps of 1e-3 and 2.5e-4 every
+  // element of seed 7 agrees).
+  ModelConfig mixtral_shared = mixtral;
+  mixtral_shared.moe.shared_experts = 2;
+  mixtral_shared.moe.shared_ffn = 12;
   // Qwen3-MoE: the per-head q/k norms ahead of the MoE FFN, its weights renormalised
   // (norm_topk_prob) or not. Without the renormalisation, seed 7's weights leave a layer-1 token
   // within a finite-difference step of a tie between two experts (nearly every step reroutes it),
@@ -64,6 +71,7 @@ std::vector<Family> families() {
           {"mixtral_capacity", mixtral_capacity},
           {"mixtral_sigmoid", mixtral_sigmoid},
           {"mixtral_top1", mixtral_top1},
+          {"mixtral_shared", mixtral_shared, 11},
           {"qwen3_moe", qwen3_moe},
           {"qwen3_moe_unnormalized", qwen3_moe_unnormalized, 11}};
 }

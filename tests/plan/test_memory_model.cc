@@ -202,6 +202,9 @@ TEST(MemoryModel, OneProcessMatchesTheArenaExactly) {
             "model.moe.expert_ffn=48", "train.recompute=full", "train.recompute_layers=1"},
            {"model.family=mixtral", "model.n_kv_head=2", "model.moe.experts=4",
             "train.activation_offload=true", "train.recompute=selective"},
+           // Shared experts: their gate|up and activation kept, their gradients in scratch.
+           {"model.family=mixtral", "model.n_kv_head=2", "model.moe.experts=4",
+            "model.moe.shared_experts=2", "model.moe.shared_ffn=24"},
            // qwen3_moe: the head norms' kept q, k beside the MoE layer's tensors.
            {"model.family=qwen3_moe", "model.n_kv_head=2", "model.head_dim=12",
             "model.moe.experts=4", "model.moe.normalize_topk=false"},

@@ -294,6 +294,8 @@ INSTANTIATE_TEST_SUITE_P(
                  "model.moe.experts: the mixtral family needs at least 2 experts, got 0"},
         BadValue{"[model.moe]\nexperts = 8", "model.moe.experts: the gpt2 family has a dense MLP"},
         BadValue{"[model.moe]\ngating = \"relu\"", "model.moe.gating: unknown value 'relu'"},
+        BadValue{"[model]\nfamily = \"mixtral\"\n[model.moe]\nexperts = 4\nshared_experts = -1",
+                 "model.moe.shared_experts and model.moe.shared_ffn: must be 0 or more"},
         BadValue{"[model]\nfamily = \"mixtral\"\n[model.moe]\nexperts = 4\n[train]\n"
                  "precision = \"bf16\"",
                  "model.moe.experts > 0 (family mixtral) trains in f32 only so far: set "
