@@ -180,13 +180,32 @@ void rms_qkv_backward(BlockRun& r, LayerActivations& l, const float* x) {
                 r.P(r.p.attn_norm_w), nullptr, l.attn_rstd, r.ns());
 }
 
-// ---- Qwen3's attention: per-head RMSNorm of q and k before RoPE ----------------------------
+// ---- Llama's attention: RMSNorm, q|k|v without biases, RoPE --------------------------------
+
+void register_rope_attention(ParamStore& p, const ParamSlices& sl, const std::string& pre, int g,
+                             BlockParams& b) {
+  b.attn_norm_w = p.add(pre + "attn_norm.weight", {sl.cfg.d_model}, g, sl.replicated(true));
+  register_attention(p, sl, pre, g, /*bias=*/false, b);
+}
+
+void rope_attention_forward(BlockRun& r, LayerActivations& l, const float* x) {
+  rms_qkv_forward(r, l, x);
+  r.k.rope_forward(l.qkv, r.attention_shape(), r.cfg.rope());
+  attention_forward(r, l, x);
+}
+
+void rope_attention_backward(BlockRun& r, LayerActivations& l, const float* x) {
+  attention_backward(r, l);
+  r.k.rope_backward(r.s.dqkv, r.attention_shape(), r.cfg.rope());
+  rms_qkv_backward(r, l, x);
+}
+
+// ---- Qwen3's attention: Llama's, with a per-head RMSNorm of q and k before RoPE --------------
 
 void register_qk_norm_attention(ParamStore& p, const ParamSlices& sl, const std::string& pre, int g,
                                 BlockParams& b) {
   const int64_t hd = sl.cfg.head_dim();
-  b.attn_norm_w = p.add(pre + "attn_norm.weight", {sl.cfg.d_model}, g, sl.replicated(true));
-  register_attention(p, sl, pre, g, /*bias=*/false, b);
+  register_rope_attention(p, sl, pre, g, b);
   b.q_norm_w = p.add(pre + "attn.q_norm.weight", {hd}, g, sl.head_partial());
   b.k_norm_w = p.add(pre + "attn.k_norm.weight", {hd}, g, sl.head_partial());
 }

@@ -163,6 +163,14 @@ void swiglu_mlp_backward(BlockRun& r, LayerActivations& l);
 void register_swiglu_mlp(ParamStore& params, const ParamSlices& slices, const std::string& prefix,
                          int group, BlockParams& out);
 
+// Llama's attention sub-layer (llama, mixtral): x -> RMSNorm -> q|k|v -> RoPE(q, k) -> attention
+// -> o + x = l.resid_mid; its backward from dL/d(resid_mid) in r.s.dresid to dL/d(x) there. The
+// registration holds attn_norm, q|k|v, o in that order.
+void register_rope_attention(ParamStore& params, const ParamSlices& slices,
+                             const std::string& prefix, int group, BlockParams& out);
+void rope_attention_forward(BlockRun& r, LayerActivations& l, const float* x);
+void rope_attention_backward(BlockRun& r, LayerActivations& l, const float* x);
+
 // Qwen3's attention sub-layer (qwen3, qwen3_moe): x -> RMSNorm -> q|k|v -> RMSNorm of each q and
 // k head (weights q_norm, k_norm of head_dim, shared by the heads) -> RoPE(q, k) -> attention ->
 // o + x = l.resid_mid. Its backward goes from dL/d(resid_mid) in r.s.dresid to dL/d(x) there.

@@ -20,25 +20,20 @@ class LlamaBlock final : public Block {
     const std::string pre = "layers." + std::to_string(layer) + ".";
     const int g = static_cast<int>(layer) + 1;
     BlockParams b;
-    b.attn_norm_w = p.add(pre + "attn_norm.weight", {sl.cfg.d_model}, g, sl.replicated(true));
-    register_attention(p, sl, pre, g, /*bias=*/false, b);
+    register_rope_attention(p, sl, pre, g, b);
     register_swiglu_mlp(p, sl, pre, g, b);
     return b;
   }
 
   void forward(BlockRun& r, LayerActivations& l, const float* x) const override {
-    rms_qkv_forward(r, l, x);
-    r.k.rope_forward(l.qkv, r.attention_shape(), r.cfg.rope());
-    attention_forward(r, l, x);
+    rope_attention_forward(r, l, x);
     swiglu_mlp_forward(r, l);
   }
 
   void backward(BlockRun& r, LayerActivations& l, const float* x) const override {
     swiglu_mlp_backward(r, l);
     // r.s.dresid now holds dL/d(residual after attention).
-    attention_backward(r, l);
-    r.k.rope_backward(r.s.dqkv, r.attention_shape(), r.cfg.rope());
-    rms_qkv_backward(r, l, x);
+    rope_attention_backward(r, l, x);
   }
 };
 

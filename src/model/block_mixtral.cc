@@ -25,25 +25,20 @@ class MixtralBlock final : public Block {
     const std::string pre = "layers." + std::to_string(layer) + ".";
     const int g = static_cast<int>(layer) + 1;
     BlockParams b;
-    b.attn_norm_w = p.add(pre + "attn_norm.weight", {sl.cfg.d_model}, g, sl.replicated(true));
-    register_attention(p, sl, pre, g, /*bias=*/false, b);
+    register_rope_attention(p, sl, pre, g, b);
     register_moe_ffn(p, sl, pre, g, b);
     return b;
   }
 
   void forward(BlockRun& r, LayerActivations& l, const float* x) const override {
-    rms_qkv_forward(r, l, x);
-    r.k.rope_forward(l.qkv, r.attention_shape(), r.cfg.rope());
-    attention_forward(r, l, x);
+    rope_attention_forward(r, l, x);
     moe_ffn_forward(r, l);
   }
 
   void backward(BlockRun& r, LayerActivations& l, const float* x) const override {
     moe_ffn_backward(r, l);
     // r.s.dresid now holds dL/d(residual after attention).
-    attention_backward(r, l);
-    r.k.rope_backward(r.s.dqkv, r.attention_shape(), r.cfg.rope());
-    rms_qkv_backward(r, l, x);
+    rope_attention_backward(r, l, x);
   }
 };
 
