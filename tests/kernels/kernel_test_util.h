@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -74,6 +75,28 @@ inline ::testing::AssertionResult close(const DVec& got, const DVec& want, doubl
     }
   }
   return ::testing::AssertionSuccess();
+}
+
+inline double dot(const DVec& a, const DVec& b) {
+  double s = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+  return s;
+}
+
+// Central differences of loss() with respect to every element of x (perturbed in place, then
+// restored), step h: in double, with h = 1e-6, truncation ~1e-12 and rounding ~1e-10 relative.
+inline DVec numeric_grad(DVec& x, const std::function<double()>& loss, double h = 1e-6) {
+  DVec g(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double saved = x[i];
+    x[i] = saved + h;
+    const double lp = loss();
+    x[i] = saved - h;
+    const double lm = loss();
+    x[i] = saved;
+    g[i] = (lp - lm) / (2.0 * h);
+  }
+  return g;
 }
 
 }  // namespace strata::kernels::testing

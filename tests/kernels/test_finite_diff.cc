@@ -13,29 +13,7 @@ namespace {
 
 using namespace testing;
 
-constexpr double kH = 1e-6;
 constexpr double kTol = 1e-7;
-
-double dot(const DVec& a, const DVec& b) {
-  double s = 0.0;
-  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
-  return s;
-}
-
-// Central differences of loss() with respect to every element of x (perturbed in place).
-DVec numeric_grad(DVec& x, const std::function<double()>& loss) {
-  DVec g(x.size());
-  for (size_t i = 0; i < x.size(); ++i) {
-    const double saved = x[i];
-    x[i] = saved + kH;
-    const double lp = loss();
-    x[i] = saved - kH;
-    const double lm = loss();
-    x[i] = saved;
-    g[i] = (lp - lm) / (2.0 * kH);
-  }
-  return g;
-}
 
 TEST(FiniteDiff, Linear) {
   const int64_t n = 5, in = 7, out = 3;

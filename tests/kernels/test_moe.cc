@@ -26,34 +26,12 @@ using IVec = std::vector<int32_t>;
 using LVec = std::vector<int64_t>;
 
 constexpr double kTol = 1e-5;  // relative, f32 kernels vs the double reference
-constexpr double kH = 1e-6;    // finite differences, as test_finite_diff.cc
 constexpr double kFdTol = 1e-7;
 constexpr MoeGating kSoftmax = MoeGating::softmax_topk;
 constexpr MoeGating kSigmoid = MoeGating::sigmoid_bias;
 
 const char* name(MoeGating g) {
   return g == kSoftmax ? "softmax_topk" : "sigmoid_bias";
-}
-
-double dot(const DVec& a, const DVec& b) {
-  double s = 0.0;
-  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
-  return s;
-}
-
-// Central differences of loss() with respect to every element of x (perturbed in place).
-DVec numeric_grad(DVec& x, const std::function<double()>& loss) {
-  DVec g(x.size());
-  for (size_t i = 0; i < x.size(); ++i) {
-    const double saved = x[i];
-    x[i] = saved + kH;
-    const double lp = loss();
-    x[i] = saved - kH;
-    const double lm = loss();
-    x[i] = saved;
-    g[i] = (lp - lm) / (2.0 * kH);
-  }
-  return g;
 }
 
 ::testing::AssertionResult near(double got, double want, double rel) {
