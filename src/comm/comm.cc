@@ -101,8 +101,4 @@ void log_comm_timeout(const std::string& what, int64_t step, double timeout_seco
              hint.empty() ? suspect : hint);
 }
 
-WorkHandle Comm::all_to_all_v(const void*, const int64_t*, void*, const int64_t*, DType) {
-  fail("comm: all_to_all_v is not implemented by the communicator of group '", name(), "'");
-}
-
 }  // namespace strata

@@ -117,9 +117,8 @@ class Comm {
   // and receives recv_counts[p] elements from each p into recv, likewise in rank order. Both
   // count arrays have size() entries and must agree across ranks (recv_counts[p] here is
   // send_counts[rank()] on p); they are read before this returns. send and recv must not overlap.
-  // The communicators implement it; the default throws (test doubles that never exchange).
   virtual WorkHandle all_to_all_v(const void* send, const int64_t* send_counts, void* recv,
-                                  const int64_t* recv_counts, DType dtype);
+                                  const int64_t* recv_counts, DType dtype) = 0;
 
   // Context for timeout messages, and the timeout itself (seconds; applies to later waits).
   virtual void set_step(int64_t step) = 0;

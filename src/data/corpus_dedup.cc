@@ -66,7 +66,6 @@ bool CorpusDedup::Flags::contains(int64_t doc) {
 Verdict CorpusDedup::verdict(int64_t doc) {
   const bool exact = exact_flags_.contains(doc);
   const bool near = near_flags_.contains(doc);
-  near_found_ += near;
   if (exact) return Verdict::duplicate;
   return near ? Verdict::near_duplicate : Verdict::kept;
 }

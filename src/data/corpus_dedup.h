@@ -35,8 +35,7 @@ class CorpusDedup {
   // reported as such even when it is also a near one). Asked in ascending order of doc.
   Verdict verdict(int64_t doc);
 
-  int64_t duplicates() const { return exact_found_; }
-  int64_t near_duplicates() const { return near_found_; }  // before removing the exact ones
+  int64_t duplicates() const { return exact_found_; }  // exact duplicates found by finish()
   size_t runs() const;  // run files written (0: all sorted in memory)
 
  private:
@@ -64,7 +63,7 @@ class CorpusDedup {
   ExternalSort<ExactEntry> exact_;
   ExternalSort<BandEntry> bands_;
   Flags exact_flags_, near_flags_;
-  int64_t exact_found_ = 0, near_found_ = 0;
+  int64_t exact_found_ = 0;
 };
 
 }  // namespace strata::data

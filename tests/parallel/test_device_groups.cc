@@ -71,6 +71,11 @@ class GuardedComm : public Comm {
   WorkHandle broadcast(void* buf, int64_t count, DType dtype, int root) override {
     return run(buf, nullptr, [&] { return mpi_.broadcast(buf, count, dtype, root); });
   }
+  WorkHandle all_to_all_v(const void* send, const int64_t* send_counts, void* recv,
+                          const int64_t* recv_counts, DType dtype) override {
+    return run(send, recv,
+               [&] { return mpi_.all_to_all_v(send, send_counts, recv, recv_counts, dtype); });
+  }
   // Point-to-point transfers of device buffers are staged through host memory, as
   // DeviceHostComm does on GPUs (a blocking send could deadlock the pipeline's schedule).
   WorkHandle send(const void* buf, int64_t count, DType dtype, int peer, int tag) override {
