@@ -38,10 +38,11 @@ int Layout::rank_of(Coord c) const {
 }
 
 std::string Layout::describe() const {
-  return cat("tp=", tp, " pp=", pp, " dp=", dp, " zero=", zero, " (world ", world(), ")");
+  return cat("tp=", tp, " pp=", pp, " dp=", dp, ep > 1 ? cat(" ep=", ep) : std::string(),
+             " zero=", zero, " (world ", world(), ")");
 }
 
-Layout resolve_layout(int tp, int pp, int dp, int zero, int world_size) {
+Layout resolve_layout(int tp, int pp, int dp, int zero, int world_size, int ep) {
   STRATA_CHECK(world_size >= 1, "parallel layout: world size ", world_size, " must be >= 1");
   STRATA_CHECK(tp >= 1, "parallel.tp must be >= 1 (got ", tp, ")");
   STRATA_CHECK(pp >= 1, "parallel.pp must be >= 1 (got ", pp, ")");
@@ -64,7 +65,13 @@ Layout resolve_layout(int tp, int pp, int dp, int zero, int world_size) {
          " ranks, but the world size is ", world_size, "; set parallel.dp=", fitting_dp,
          " (or 0 to derive it from the world size)");
   }
+  STRATA_CHECK(ep >= 1, "parallel.ep must be >= 1 (got ", ep, ")");
+  if (dp % ep != 0)
+    fail("parallel.ep=", ep, " does not divide the data-parallel size ", dp,
+         ": expert parallelism is carved out of data parallelism (tp=", tp, " x pp=", pp,
+         " leaves dp=", dp, " of world ", world_size, "); parallel.ep can be ", divisors_text(dp));
   Layout l;
+  l.ep = ep;
   l.tp = tp;
   l.pp = pp;
   l.dp = dp;

@@ -3,13 +3,18 @@
 // adjacent, so they share a node and its fastest links), then dp, then pp:
 //   world rank = pp * (dp_size * tp_size) + dp * tp_size + tp.
 // zero is the ZeRO stage (0..3) that data parallelism uses; it does not change the groups.
+// ep (expert parallelism, Mixture-of-Experts models) is carved out of dp, as in Megatron-Core: the
+// dp ranks of one (tp, pp) position form dp / ep expert-parallel groups of ep adjacent dp ranks
+//   ep rank = dp % ep,  expert-data-parallel rank = dp / ep,
+// each ep group holding every expert once, and the ranks of equal ep rank (the expert-data-
+// parallel group, dp / ep of them) holding the same experts. ep does not change the world size.
 #pragma once
 #include <string>
 
 namespace strata {
 
 struct Layout {
-  int tp = 1, pp = 1, dp = 1, zero = 0;
+  int tp = 1, pp = 1, dp = 1, zero = 0, ep = 1;
 
   struct Coord {
     int tp = 0, dp = 0, pp = 0;
@@ -17,13 +22,14 @@ struct Layout {
   };
 
   int world() const { return tp * pp * dp; }
+  int edp() const { return dp / ep; }  // the expert-data-parallel size
   Coord coord(int world_rank) const;
   int rank_of(Coord c) const;
-  std::string describe() const;  // "tp=2 pp=1 dp=2 zero=0 (world 4)"
+  std::string describe() const;  // "tp=2 pp=1 dp=2 zero=0 (world 4)", " ep=2" when ep > 1
 };
 
-// Checks parallel.tp/pp/dp/zero against the world size; dp = 0 derives dp from it. A layout that
-// does not fit is an error that names the keys, the world size, and values that would fit.
-Layout resolve_layout(int tp, int pp, int dp, int zero, int world_size);
+// Checks parallel.tp/pp/dp/zero/ep against the world size; dp = 0 derives dp from it. A layout
+// that does not fit is an error that names the keys, the world size, and values that would fit.
+Layout resolve_layout(int tp, int pp, int dp, int zero, int world_size, int ep = 1);
 
 }  // namespace strata

@@ -36,6 +36,11 @@ ProcessGroups ProcessGroups::create(const Layout& layout) {
   std::unique_ptr<MpiComm> tp = split(*world, c.pp * layout.dp + c.dp, c.tp, "tp");
   std::unique_ptr<MpiComm> dp = split(*world, c.pp * layout.tp + c.tp, c.dp, "dp");
   std::unique_ptr<MpiComm> pp = split(*world, c.dp * layout.tp + c.tp, c.pp, "pp");
+  // Within dp: ep groups of adjacent dp ranks, edp groups of equal dp % ep.
+  const int ep_rank = c.dp % layout.ep, edp_rank = c.dp / layout.ep;
+  const int fixed = c.pp * layout.tp + c.tp;
+  g.ep_ = split(*world, fixed * layout.edp() + edp_rank, ep_rank, "ep");
+  g.edp_ = split(*world, fixed * layout.ep + ep_rank, edp_rank, "edp");
   g.mpi_ = {world.get(), dp.get(), tp.get(), pp.get()};
   g.world_ = std::move(world);
   g.dp_ = std::move(dp);
@@ -50,6 +55,8 @@ ProcessGroups ProcessGroups::single() {
   g.dp_ = std::make_unique<SelfComm>("dp");
   g.tp_ = std::make_unique<SelfComm>("tp");
   g.pp_ = std::make_unique<SelfComm>("pp");
+  g.ep_ = std::make_unique<SelfComm>("ep");
+  g.edp_ = std::make_unique<SelfComm>("edp");
   return g;  // Layout{} is tp = pp = dp = 1, zero 0; the coordinate is (0, 0, 0)
 }
 
@@ -66,8 +73,12 @@ void ProcessGroups::route_through(Routes routes) {
 }
 
 std::vector<Comm*> ProcessGroups::all_active() const {
-  return {active(world_, routes_.world), active(dp_, routes_.dp), active(tp_, routes_.tp),
-          active(pp_, routes_.pp)};
+  return {active(world_, routes_.world),
+          active(dp_, routes_.dp),
+          active(tp_, routes_.tp),
+          active(pp_, routes_.pp),
+          ep_.get(),
+          edp_.get()};
 }
 
 void ProcessGroups::set_step(int64_t step) {

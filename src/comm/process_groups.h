@@ -3,6 +3,10 @@
 //   tp: the ranks that differ only in tp (adjacent world ranks): tensor-parallel collectives,
 //   dp: the ranks that differ only in dp: gradient all-reduce / ZeRO reduce-scatter,
 //   pp: the ranks that differ only in pp: pipeline send/recv of activations,
+//   ep: the ep adjacent dp ranks of one expert-parallel group (Layout: ep carved out of dp): the
+//       token exchange of a Mixture-of-Experts layer (all-to-all),
+//   edp: the dp ranks of equal ep rank, which hold the same experts: their gradient reduction
+//       and ZeRO sharding (with ep = 1, the same ranks as dp),
 //   world: all ranks (a duplicate of MPI_COMM_WORLD, so that its messages never mix with others).
 // Group rank = the coordinate along the group's axis, so group rank r of dp is data replica r.
 // A process that runs alone has the groups of a one-rank layout (single()): every group is a
@@ -30,6 +34,8 @@ class ProcessGroups {
   Comm& dp() { return *active(dp_, routes_.dp); }
   Comm& tp() { return *active(tp_, routes_.tp); }
   Comm& pp() { return *active(pp_, routes_.pp); }
+  Comm& ep() { return *ep_; }
+  Comm& edp() { return *edp_; }
   // The groups are MPI communicators (create), not a lone process's (single).
   bool has_mpi() const { return mpi_.world != nullptr; }
   // The MPI communicators themselves (what a route wraps, whatever is installed); has_mpi() only.
@@ -65,6 +71,8 @@ class ProcessGroups {
   static MpiComm& mpi(MpiComm* c);
 
   std::unique_ptr<Comm> world_, dp_, tp_, pp_;  // MpiComm (create) or SelfComm (single)
+  // The expert groups (MoE runs on the CPU only, so they have no routes).
+  std::unique_ptr<Comm> ep_, edp_;
   struct {
     MpiComm *world = nullptr, *dp = nullptr, *tp = nullptr, *pp = nullptr;
   } mpi_;          // the same objects as MPI communicators; null for single()

@@ -5,6 +5,7 @@
 #include "kernels/cpu/flash_attention.h"
 #include "kernels/cpu/kernels.h"
 #include "model/block.h"
+#include "model/expert_parallel.h"
 
 namespace strata {
 
@@ -13,12 +14,13 @@ namespace {
 // The buffers below are planned once, against "an arena" A: the Arena (allocation) or a
 // MemCounter (the planner's byte counts), so that both see the same sizes.
 
-// The MoE FFN's kept tensors for n tokens (dropless: n*k rows at most).
+// The MoE FFN's kept tensors for the n rows held (dropless: n*k rows at most; with ep > 1 the
+// experts' side holds up to moe_expert_rows).
 template <class A>
-void moe_buffers(LayerActivations& l, const ModelConfig& cfg, A& arena, MemCategory category,
-                 int64_t n) {
+void moe_buffers(LayerActivations& l, const ModelConfig& cfg, const ModelShard& shard, A& arena,
+                 MemCategory category, int64_t n) {
   const int64_t e = cfg.moe.experts, k = cfg.moe.top_k, f = cfg.expert_ffn(), c = cfg.d_model;
-  const int64_t rows = n * k;
+  const int64_t rows = n * k, r = moe_expert_rows(cfg, shard, n);
   auto buf = [&](int64_t count, const char* what) {
     return arena.template alloc<float>(category, count, what);
   };
@@ -30,9 +32,18 @@ void moe_buffers(LayerActivations& l, const ModelConfig& cfg, A& arena, MemCateg
   l.moe_offsets = arena.template alloc<int64_t>(category, e + 1, "moe expert offsets");
   l.moe_token_row = arena.template alloc<int32_t>(category, n * k, "moe token rows");
   l.moe_row_token = arena.template alloc<int32_t>(category, rows, "moe row tokens");
-  l.moe_xs = buf(rows * c, "moe permuted input");
-  l.moe_gate_up = buf(rows * 2 * f, "moe expert gate|up");
-  l.moe_h = buf(rows * f, "moe expert activation");
+  if (shard.ep == 1) {
+    l.moe_xs = buf(rows * c, "moe permuted input");
+  } else {
+    l.moe_xe = buf(r * c, "moe experts' received input");
+    l.moe_ep_counts = arena.template alloc<int32_t>(category, shard.ep * e, "moe exchange counts");
+    l.moe_ep_offsets =
+        arena.template alloc<int64_t>(category, e / shard.ep + 1, "moe local expert offsets");
+    l.moe_ep_sort = arena.template alloc<int32_t>(category, r, "moe exchange sort");
+    l.moe_ep_unsort = arena.template alloc<int32_t>(category, r, "moe exchange unsort");
+  }
+  l.moe_gate_up = buf(r * 2 * f, "moe expert gate|up");
+  l.moe_h = buf(r * f, "moe expert activation");
   l.moe_ys = buf(rows * c, "moe expert output");
   if (const int64_t s = cfg.shared_ffn(); s > 0) {
     l.moe_shared_gate_up = buf(n * 2 * s, "moe shared experts gate|up");
@@ -89,7 +100,7 @@ LayerActivations layer_buffers(const ModelConfig& cfg, const ModelShard& shard, 
   if (layernorm) l.mlp_mean = buf(ns, "mlp norm mean");
   l.mlp_rstd = buf(ns, "mlp norm rstd");
   if (layout.moe) {
-    moe_buffers(l, cfg, arena, category, n);
+    moe_buffers(l, cfg, shard, arena, category, ns);  // the rows held (sp: this rank's)
     return l;
   }
   l.mlp_pre = buf(n * pre_width, "mlp pre-activation");
@@ -165,17 +176,23 @@ void scratch_buffers(GradScratch& g, const ModelConfig& cfg, const ModelShard& s
   g.dqkv = ws(n * shard.qkv_width(cfg), "qkv gradient");
   g.dattn = ws(n * nh * cfg.head_dim(), "attention output gradient");
   if (layout.moe) {
+    // The MoE FFN runs on the rows held (sp: this rank's).
     const int64_t e = cfg.moe.experts, k = cfg.moe.top_k, fe = cfg.expert_ffn();
-    g.moe_dlogits = ws(n * e, "moe router logits gradient");
-    g.moe_dweight = ws(n * k, "moe combine weights gradient");
-    g.moe_drows = ws(n * k * c, "moe expert rows gradient");
-    g.moe_dh = ws(n * k * fe, "moe expert activation gradient");
-    g.moe_dgate_up = ws(n * k * 2 * fe, "moe expert gate|up gradient");
-    if (const int64_t s = cfg.shared_ffn(); s > 0) {
-      g.moe_shared_dh = ws(n * s, "moe shared experts activation gradient");
-      g.moe_shared_dgate_up = ws(n * 2 * s, "moe shared experts gate|up gradient");
+    const int64_t r = moe_expert_rows(cfg, shard, ns);
+    g.moe_dlogits = ws(ns * e, "moe router logits gradient");
+    g.moe_dweight = ws(ns * k, "moe combine weights gradient");
+    g.moe_drows = ws(ns * k * c, "moe expert rows gradient");
+    g.moe_dh = ws(r * fe, "moe expert activation gradient");
+    g.moe_dgate_up = ws(r * 2 * fe, "moe expert gate|up gradient");
+    if (shard.ep > 1) {
+      g.moe_recv = ws(r * c, "moe exchanged rows");
+      g.moe_recv2 = ws(r * c, "moe exchanged rows, permuted");
     }
-    if (cfg.moe.z_loss_coeff <= 0) g.moe_logits = ws(n * e, "moe router logits");
+    if (const int64_t s = cfg.shared_ffn(); s > 0) {
+      g.moe_shared_dh = ws(ns * s, "moe shared experts activation gradient");
+      g.moe_shared_dgate_up = ws(ns * 2 * s, "moe shared experts gate|up gradient");
+    }
+    if (cfg.moe.z_loss_coeff <= 0) g.moe_logits = ws(ns * e, "moe router logits");
   } else {
     g.dmlp_pre = ws(n * pre_width, "mlp pre-activation gradient");
     g.dmlp_act = ws(n * f, "mlp activation gradient");
@@ -285,6 +302,11 @@ GradScratch::GradScratch(const ModelConfig& cfg, const ModelShard& shard, Arena&
 }
 
 // ---- the same buffers, counted --------------------------------------------------------------
+
+int64_t moe_expert_rows(const ModelConfig& cfg, const ModelShard& shard, int64_t n) {
+  const MoeConfig& m = cfg.moe;
+  return ExpertParallel::max_rows(n, m.top_k, m.experts, shard.ep, m.capacity(n));
+}
 
 MemBytes layer_bytes(const ModelConfig& cfg, const ModelShard& shard, Recompute mode,
                      MemCategory category, int64_t batch, int64_t seq_len, DType precision) {

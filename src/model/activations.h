@@ -46,12 +46,19 @@ struct LayerActivations {
   int64_t* moe_offsets = nullptr;            // [e + 1]
   int32_t* moe_token_row = nullptr;          // [n, k]
   int32_t* moe_row_token = nullptr;          // [n * k]
-  float* moe_xs = nullptr;                   // [rows, c] permuted normalised input
-  float* moe_gate_up = nullptr;              // [rows, 2F]
-  float* moe_h = nullptr;                    // [rows, F] SwiGLU output
-  float* moe_ys = nullptr;                   // [rows, c] experts' outputs
-  float* moe_shared_gate_up = nullptr;       // [n, 2S] shared experts' gate|up (S: shared_ffn)
-  float* moe_shared_h = nullptr;             // [n, S] their SwiGLU output
+  float* moe_xs = nullptr;                   // [rows, c] permuted normalised input (ep = 1)
+  float* moe_gate_up = nullptr;              // [R, 2F] (R: the rows this rank's experts run)
+  float* moe_h = nullptr;                    // [R, F] SwiGLU output
+  float* moe_ys = nullptr;                   // [rows, c] experts' outputs, in row order
+  // Expert parallelism (ep > 1, model/expert_parallel.h): the rows this rank's experts received
+  // in expert-major order, R at most moe_expert_rows; the exchange's table and permutations.
+  float* moe_xe = nullptr;              // [R, c] the experts' input
+  int32_t* moe_ep_counts = nullptr;     // [ep * e] rows per (source rank, expert)
+  int64_t* moe_ep_offsets = nullptr;    // [e / ep + 1] this rank's experts' rows in moe_xe
+  int32_t* moe_ep_sort = nullptr;       // [R] expert-major row <- source-major row
+  int32_t* moe_ep_unsort = nullptr;     // [R] its inverse
+  float* moe_shared_gate_up = nullptr;  // [n, 2S] shared experts' gate|up (S: shared_ffn)
+  float* moe_shared_h = nullptr;        // [n, S] their SwiGLU output
   // Mixed precision (bf16 / f16): the inputs of the layer's GEMMs are kept in 16 bits instead;
   // their f32 versions above are then transient buffers shared by every layer (null here).
   // attn_out stays f32 under flash attention, whose backward reads it.
@@ -145,8 +152,10 @@ struct GradScratch {
   float* moe_dlogits = nullptr;          // [n, e]
   float* moe_dweight = nullptr;          // [n, k]
   float* moe_drows = nullptr;            // [n * k, c]
-  float* moe_dh = nullptr;               // [n * k, F]
-  float* moe_dgate_up = nullptr;         // [n * k, 2F]
+  float* moe_dh = nullptr;               // [R, F] (R: moe_expert_rows)
+  float* moe_dgate_up = nullptr;         // [R, 2F]
+  float* moe_recv = nullptr;             // [R, c] ep > 1: rows received, and their permutation
+  float* moe_recv2 = nullptr;            // [R, c]
   float* moe_shared_dh = nullptr;        // [n, S] shared experts' activation gradient
   float* moe_shared_dgate_up = nullptr;  // [n, 2S]
   float* moe_logits = nullptr;           // [n, e] router logits when the layer does not keep them
@@ -167,6 +176,11 @@ struct GradScratch {
 
 // Bytes per arena category that the allocations above make, counted without allocating (the
 // planner, plan/memory_model.cc): the allocation code itself runs against a MemCounter.
+// The rows an MoE layer's experts on this rank run for a micro-batch of n rows held: n * top_k,
+// or with expert parallelism the most the exchange can bring (ExpertParallel::max_rows: every
+// rank's tokens to this rank's experts, a stated worst case that the buffers are sized for).
+int64_t moe_expert_rows(const ModelConfig& cfg, const ModelShard& shard, int64_t n);
+
 MemBytes layer_bytes(const ModelConfig& cfg, const ModelShard& shard, Recompute mode,
                      MemCategory category, int64_t batch, int64_t seq_len,
                      DType precision = DType::f32);

@@ -53,6 +53,17 @@ TensorSlice ParamSlices::head_partial() const {
   return s;
 }
 
+TensorSlice ParamSlices::experts() const {
+  TensorSlice s = replicated(true);
+  s.expert = true;
+  if (sh.ep > 1) {
+    s.dim = 0;
+    s.begin = sh.expert_begin(cfg);
+    s.global = cfg.moe.experts;
+  }
+  return s;
+}
+
 TensorSlice ParamSlices::kv(int64_t per_head) const {
   TensorSlice s = split(0, sh.kv_head_begin(cfg) * per_head, cfg.kv_heads() * per_head);
   if (sh.tp > 1 && sh.kv_holders(cfg) > 1) {

@@ -21,6 +21,7 @@
 #include "kernels/backend.h"
 #include "model/activations.h"
 #include "model/config.h"
+#include "model/expert_parallel.h"
 #include "model/parallel_linear.h"
 #include "model/params.h"
 #include "model/shard.h"
@@ -45,6 +46,17 @@ struct BlockParams {
 
 enum class NormKind { layernorm, rmsnorm };
 
+// Parameter groups (ParamStore): the embedding is group 0, layer L's parameters group L + 1, the
+// final norm and head n_layer + 1, and an MoE layer's experts a group of their own,
+// n_layer + 2 + L, because data parallelism reduces and shards them over another group
+// (parallel/data_parallel.h). The Decoder announces both groups of a layer around its use.
+inline int layer_group(int64_t layer) {
+  return static_cast<int>(layer) + 1;
+}
+inline int expert_group(const ModelConfig& cfg, int64_t layer) {
+  return static_cast<int>(cfg.n_layer + 2 + layer);
+}
+
 // What a family's layers (and final norm) keep, as data for the sizing code.
 struct BlockLayout {
   NormKind norm = NormKind::rmsnorm;  // LayerNorm also keeps a mean per row, and has a bias
@@ -67,6 +79,9 @@ struct ParamSlices {
   // A per-head weight (Qwen3's q and k norms) every tp rank holds whole, whose gradient is a
   // partial sum over this rank's heads: summed over the group.
   TensorSlice head_partial() const;
+  // An MoE layer's experts [e, ...]: this rank's e / ep of them (dim 0), replicated over tp (with
+  // sp their gradients are partial sums over rows), marked `expert`.
+  TensorSlice experts() const;
   // k and v: this rank's kv heads, split or (tp > n_kv_head) shared with tp / n_kv_head ranks
   // whose query heads all read the same kv head; their gradients add up.
   TensorSlice kv(int64_t per_head) const;
@@ -90,6 +105,10 @@ struct BlockRun {
   // balancing losses' gradients in backward.
   MoeLayerStats* moe = nullptr;
   float loss_scale = 0.0f;
+  // The expert-parallel exchange (MoE layers; inactive with ep = 1), and whether this forward
+  // rebuilds a layer for backward (full recomputation: its statistics are not counted again).
+  const ExpertParallel* ep = nullptr;
+  bool rebuilding = false;
 
   int64_t n() const { return b * t; }
   int64_t ns() const { return shard.local_rows(b * t); }  // rows of the residual stream held

@@ -26,7 +26,7 @@ class MixtralBlock final : public Block {
     const int g = static_cast<int>(layer) + 1;
     BlockParams b;
     register_rope_attention(p, sl, pre, g, b);
-    register_moe_ffn(p, sl, pre, g, b);
+    register_moe_ffn(p, sl, layer, b);
     return b;
   }
 

@@ -30,7 +30,7 @@ class Qwen3MoeBlock final : public Block {
     const int g = static_cast<int>(layer) + 1;
     BlockParams b;
     register_qk_norm_attention(p, sl, pre, g, b);
-    register_moe_ffn(p, sl, pre, g, b);
+    register_moe_ffn(p, sl, layer, b);
     return b;
   }
 

@@ -9,16 +9,9 @@ namespace strata {
 // ---- construction ------------------------------------------------------------------------------
 
 void Decoder::check_moe_supported() {
-  // The MoE FFN runs whole in each process (data parallelism only), in f32, on the CPU kernels
-  // (GitHub issue 21's first step); everything else is refused here, before anything is
-  // allocated.
+  // The MoE FFN runs in f32 on the CPU kernels (GitHub issue 21), with any tp, sp, pp and ep;
+  // the rest is refused here, before anything is allocated.
   const std::string moe = cat("model.moe.experts > 0 (family ", family_name(config_.family), ")");
-  STRATA_CHECK(shard_.tp == 1, moe,
-               " does not run with tensor parallelism yet: set parallel.tp = 1");
-  STRATA_CHECK(!shard_.sp, moe,
-               " does not run with sequence parallelism yet: set parallel.sp = false");
-  STRATA_CHECK(shard_.num_chunks() == 1 && shard_.has_embedding && shard_.has_head, moe,
-               " does not run with pipeline parallelism yet: set parallel.pp = 1");
   STRATA_CHECK(precision_ == DType::f32, moe,
                " trains in f32 only so far: set train.precision = \"f32\"");
   STRATA_CHECK(backend_.kind() == Device::cpu, moe,
@@ -26,6 +19,10 @@ void Decoder::check_moe_supported() {
   moe_stats_.resize(static_cast<size_t>(config_.n_layer));
   for (MoeLayerStats& st : moe_stats_)
     st.tokens_per_expert.assign(static_cast<size_t>(config_.moe.experts), 0);
+}
+
+void Decoder::reset_moe_stats() {
+  for (MoeLayerStats& st : moe_stats_) st.reset();
 }
 
 double Decoder::moe_loss() const {
@@ -56,6 +53,9 @@ Decoder::Decoder(const ModelConfig& config, Arena& arena, int64_t batch, int64_t
   STRATA_CHECK(shard_.tp == (o.tp ? o.tp->size() : 1),
                "Decoder: the shard's tp does not match the tensor-parallel group");
   tp_ = TensorParallel(o.tp, shard_.sp, &backend_);
+  STRATA_CHECK(shard_.ep == (o.ep ? o.ep->size() : 1),
+               "Decoder: the shard's ep does not match the expert-parallel group");
+  ep_ = ExpertParallel(o.ep);
   precision_ = o.precision;
   STRATA_CHECK(precision_ == DType::f32 || precision_ == DType::bf16 || precision_ == DType::f16,
                "Decoder: precision must be f32, bf16 or f16");
@@ -102,7 +102,8 @@ Decoder::Decoder(const ModelConfig& config, Arena& arena, int64_t batch, int64_t
 Decoder::Decoder(const ModelConfig& config, Arena& arena, int64_t batch, int64_t seq_len, int slots,
                  const std::function<void(ParamStore&)>& plan)
     : Decoder(config, arena, batch, seq_len,
-              DecoderOptions{slots, {}, plan, std::nullopt, nullptr, {}, DType::f32, nullptr}) {}
+              DecoderOptions{
+                  slots, {}, plan, std::nullopt, nullptr, nullptr, {}, DType::f32, nullptr}) {}
 
 const float* Decoder::head_weight() const {
   return params_.param(index_.head >= 0 ? index_.head : index_.embed);
@@ -146,11 +147,21 @@ LayerActivations Decoder::layer_view(const ActivationStore& a, int64_t local_lay
   return l;
 }
 
+void Decoder::acquire_layer_params(int layer) {
+  hooks_->acquire_params(layer_group(layer));
+  if (moe()) hooks_->acquire_params(expert_group(config_, layer));
+}
+
+void Decoder::release_layer_params(int layer) {
+  if (moe()) hooks_->release_params(expert_group(config_, layer));
+  hooks_->release_params(layer_group(layer));
+}
+
 BlockRun Decoder::block_run(int layer, const ActivationStore& a) {
   MoeLayerStats* moe = moe_stats_.empty() ? nullptr : &moe_stats_[static_cast<size_t>(layer)];
-  return BlockRun{backend_, config_,  shard_,  tp_,
-                  params_,  scratch_, linear_, index_.blocks[layer],
-                  a.b,      a.t,      moe,     loss_scale_};
+  return BlockRun{
+      backend_, config_, shard_, tp_,         params_, scratch_, linear_, index_.blocks[layer],
+      a.b,      a.t,     moe,    loss_scale_, &ep_};
 }
 
 // ---- forward -----------------------------------------------------------------------------------
@@ -209,13 +220,13 @@ void Decoder::run_forward(int chunk, ActivationStore& a, const int32_t* tokens, 
   for (int64_t local = 0; local < r.size(); ++local) {
     const int layer = static_cast<int>(r.begin + local);
     const TraceSpan span("fwd layer", "compute", layer);
-    hooks_->acquire_params(layer + 1);
+    acquire_layer_params(layer);
     if (offload_) offload_->before_forward(local);
     LayerActivations l = layer_view(a, local, /*rebuilding=*/false);
     BlockRun run = block_run(layer, a);
     block_->forward(run, l, layer_input(a, local));
     if (offload_) offload_->after_forward(local, saving);
-    hooks_->release_params(layer + 1);
+    release_layer_params(layer);
   }
   if (shard_.chunk_has_head(chunk)) head_forward(a);
 }
@@ -347,8 +358,9 @@ void Decoder::run_backward(int chunk, ActivationStore& a) {
   for (int64_t local = r.size() - 1; local >= 0; --local) {
     const int layer = static_cast<int>(r.begin + local);
     const TraceSpan span("bwd layer", "compute", layer);
-    hooks_->acquire_params(layer + 1);
-    hooks_->begin_grads(layer + 1);
+    acquire_layer_params(layer);
+    hooks_->begin_grads(layer_group(layer));
+    if (moe()) hooks_->begin_grads(expert_group(config_, layer));
     if (offload_) offload_->before_backward(local);
     LayerActivations l = layer_view(a, local, /*rebuilding=*/true);
     const float* x = layer_input(a, local);
@@ -359,14 +371,17 @@ void Decoder::run_backward(int chunk, ActivationStore& a) {
       backend_.from_lowp(precision_, l.qkv, l.qkv_lp, a.b * a.t * shard_.qkv_width(config_));
     BlockRun run = block_run(layer, a);
     if (mode == Recompute::full) {
+      run.rebuilding = true;
       block_->forward(run, l, x);
+      run.rebuilding = false;
     } else if (mode == Recompute::selective && !config_.flash_attention()) {
       backend_.attention_forward(recompute_buffers_.attn_out, l.probs, l.qkv,
                                  run.attention_shape());
     }
     block_->backward(run, l, x);
-    hooks_->end_grads(layer + 1);
-    hooks_->release_params(layer + 1);
+    if (moe()) hooks_->end_grads(expert_group(config_, layer));
+    hooks_->end_grads(layer_group(layer));
+    release_layer_params(layer);
   }
   if (shard_.chunk_has_embedding(chunk)) embedding_backward(a);
 }

@@ -68,6 +68,7 @@ struct DecoderOptions {
   std::function<void(ParamStore&)> plan;
   std::optional<ModelShard> shard;  // default: the whole model
   Comm* tp = nullptr;               // the tensor-parallel group (null: tp = 1)
+  Comm* ep = nullptr;               // the expert-parallel group (null: ep = 1)
   RecomputePolicy recompute;        // what backward rebuilds instead of keeping (activations.h)
   // f32, or mixed precision: bf16 / f16 GEMMs with f32 accumulation on 16-bit copies of the
   // weights and of the activations the GEMMs read (which is also what is kept for backward);
@@ -145,8 +146,10 @@ class Decoder {
   // MoE families: each global layer's record of its last forward (aux and z losses, tokens per
   // expert, drops); empty for dense families and for layers this rank does not hold.
   const std::vector<MoeLayerStats>& moe_stats() const { return moe_stats_; }
-  // The balancing losses of the last forward, summed over layers (each already times its
-  // coefficient): what the objective adds to the mean token loss per micro-batch.
+  // Starts the count of the statistics (a step's micro-batches).
+  void reset_moe_stats();
+  // The balancing losses of the forwards since reset_moe_stats, summed over layers (each already
+  // times its coefficient): what the objective adds to the mean token loss, per micro-batch.
   double moe_loss() const;
 
   // Host memory of the activation offload (null without it).
@@ -170,6 +173,10 @@ class Decoder {
   BlockRun block_run(int layer, const ActivationStore& a);
   bool lowp() const { return precision_ != DType::f32; }
   void check_moe_supported();
+  bool moe() const { return !moe_stats_.empty(); }
+  // A layer's parameter groups (its own, and an MoE layer's experts') are used / done with.
+  void acquire_layer_params(int layer);
+  void release_layer_params(int layer);
   bool bf16_flash() const { return bf16_flash_attention(precision_, config_); }
   NormKind norm() const { return block_->layout().norm; }
   // `saving`: backward follows and reads the saved activations (the offload copies them then).
@@ -192,6 +199,7 @@ class Decoder {
   ModelConfig config_;
   ModelShard shard_;
   TensorParallel tp_;
+  ExpertParallel ep_;
   Arena& arena_;
   Backend& backend_;
   int64_t batch_, seq_len_;

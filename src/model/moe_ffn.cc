@@ -2,26 +2,110 @@
 
 namespace strata {
 
-void register_moe_ffn(ParamStore& p, const ParamSlices& sl, const std::string& pre, int g,
-                      BlockParams& b) {
+void register_moe_ffn(ParamStore& p, const ParamSlices& sl, int64_t layer, BlockParams& b) {
   const ModelConfig& cfg = sl.cfg;
-  const int64_t c = cfg.d_model, e = cfg.moe.experts, f = cfg.expert_ffn();
-  // Whole tensors: one process holds every expert (no tensor or expert parallelism yet).
+  const std::string pre = "layers." + std::to_string(layer) + ".";
+  const int g = layer_group(layer), eg = expert_group(cfg, layer);
+  const int64_t c = cfg.d_model, e = sl.sh.experts(cfg), f = cfg.expert_ffn();
   b.mlp_norm_w = p.add(pre + "mlp_norm.weight", {c}, g, sl.replicated(true));
-  b.router_w = p.add(pre + "moe.router.weight", {e, c}, g, TensorSlice{});
-  b.experts_gate_up_w = p.add(pre + "moe.experts.gate_up.weight", {e, 2 * f, c}, g, TensorSlice{});
-  b.experts_down_w = p.add(pre + "moe.experts.down.weight", {e, c, f}, g, TensorSlice{});
+  b.router_w = p.add(pre + "moe.router.weight", {cfg.moe.experts, c}, g, sl.replicated(true));
   if (const int64_t s = cfg.shared_ffn(); s > 0) {
-    b.shared_gate_up_w = p.add(pre + "moe.shared.gate_up.weight", {2 * s, c}, g, TensorSlice{});
-    b.shared_down_w = p.add(pre + "moe.shared.down.weight", {c, s}, g, TensorSlice{});
+    b.shared_gate_up_w =
+        p.add(pre + "moe.shared.gate_up.weight", {2 * s, c}, g, sl.replicated(true));
+    b.shared_down_w = p.add(pre + "moe.shared.down.weight", {c, s}, g, sl.replicated(true));
   }
+  b.experts_gate_up_w = p.add(pre + "moe.experts.gate_up.weight", {e, 2 * f, c}, eg, sl.experts());
+  b.experts_down_w = p.add(pre + "moe.experts.down.weight", {e, c, f}, eg, sl.experts());
 }
+
+namespace {
+
+// The last of a device int64 array (the dispatch plan's row count), on the host.
+int64_t last_of(Backend& k, const int64_t* offsets, int64_t e) {
+  int64_t v = 0;
+  k.copy_to_host(&v, offsets + e, sizeof(int64_t));
+  return v;
+}
+
+// The exchange of this micro-batch, from the counts the layer kept (backward), on the host.
+ExpertParallel::Exchange kept_exchange(const BlockRun& r, const LayerActivations& l) {
+  const int64_t e = r.cfg.moe.experts;
+  std::vector<int32_t> counts(static_cast<size_t>(r.ep->size() * e));
+  r.k.copy_to_host(counts.data(), l.moe_ep_counts, counts.size() * sizeof(int32_t));
+  return r.ep->plan(counts.data(), e, r.c(), nullptr, nullptr, nullptr);
+}
+
+// Forward with expert parallelism: the plan's rows (global-expert order, this rank's tokens) go to
+// the experts' ranks, this rank's experts run on what arrives, and their outputs come back into
+// l.moe_ys in the plan's row order. `overlap` runs while the rows travel.
+template <class F>
+void exchange_forward(BlockRun& r, LayerActivations& l, int64_t rows, F&& overlap) {
+  Backend& k = r.k;
+  const BlockParams& p = r.p;
+  const int64_t c = r.c(), e = r.cfg.moe.experts, el = r.shard.experts(r.cfg);
+  const int64_t f = r.cfg.expert_ffn(), ep = r.ep->size();
+  float* send = r.s.moe_drows;  // free until backward
+  k.moe_permute_forward(send, l.mlp_norm, l.moe_row_token, rows, c);
+  std::vector<int64_t> offsets(static_cast<size_t>(e + 1)), local(static_cast<size_t>(el + 1));
+  std::vector<int32_t> counts(static_cast<size_t>(ep * e));
+  k.copy_to_host(offsets.data(), l.moe_offsets, offsets.size() * sizeof(int64_t));
+  r.ep->gather_counts(offsets.data(), e, counts.data());
+  const int64_t max_in = moe_expert_rows(r.cfg, r.shard, r.ns());
+  std::vector<int32_t> sort(static_cast<size_t>(max_in)), unsort(static_cast<size_t>(max_in));
+  const ExpertParallel::Exchange ex =
+      r.ep->plan(counts.data(), e, c, local.data(), sort.data(), unsort.data());
+  STRATA_CHECK(ex.rows_in <= max_in, "moe: ", ex.rows_in,
+               " rows arrived for this rank's experts, above the ", max_in, " sized for");
+  const WorkHandle dispatch = r.ep->to_experts(send, r.s.moe_recv, ex);
+  k.copy_from_host(l.moe_ep_counts, counts.data(), counts.size() * sizeof(int32_t));
+  k.copy_from_host(l.moe_ep_offsets, local.data(), local.size() * sizeof(int64_t));
+  const size_t perm = static_cast<size_t>(ex.rows_in) * sizeof(int32_t);
+  k.copy_from_host(l.moe_ep_sort, sort.data(), perm);
+  k.copy_from_host(l.moe_ep_unsort, unsort.data(), perm);
+  overlap();
+  dispatch->wait();
+  const int64_t in = ex.rows_in;
+  k.moe_permute_forward(l.moe_xe, r.s.moe_recv, l.moe_ep_sort, in, c);
+  k.moe_grouped_linear_forward(l.moe_gate_up, l.moe_xe, r.P(p.experts_gate_up_w), l.moe_ep_offsets,
+                               el, c, 2 * f);
+  k.swiglu_forward(l.moe_h, l.moe_gate_up, in, f);
+  k.moe_grouped_linear_forward(r.s.moe_recv, l.moe_h, r.P(p.experts_down_w), l.moe_ep_offsets, el,
+                               f, c);
+  k.moe_permute_forward(r.s.moe_recv2, r.s.moe_recv, l.moe_ep_unsort, in, c);
+  r.ep->from_experts(r.s.moe_recv2, l.moe_ys, ex)->wait();
+}
+
+// Its backward: dL/d(rows' outputs) in s.moe_drows (plan order) to dL/d(rows' inputs) there,
+// the experts' weight gradients accumulated on the way. `overlap` runs while the rows travel.
+template <class F>
+void exchange_backward(BlockRun& r, LayerActivations& l, F&& overlap) {
+  Backend& k = r.k;
+  GradScratch& s = r.s;
+  const BlockParams& p = r.p;
+  const int64_t c = r.c(), el = r.shard.experts(r.cfg), f = r.cfg.expert_ffn();
+  const ExpertParallel::Exchange ex = kept_exchange(r, l);
+  const int64_t in = ex.rows_in;
+  const WorkHandle dispatch = r.ep->to_experts(s.moe_drows, s.moe_recv, ex);
+  overlap();
+  dispatch->wait();
+  k.moe_permute_forward(s.moe_recv2, s.moe_recv, l.moe_ep_sort, in, c);  // dys, expert-major
+  k.moe_grouped_linear_backward(s.moe_dh, r.G(p.experts_down_w), s.moe_recv2, l.moe_h,
+                                r.P(p.experts_down_w), l.moe_ep_offsets, el, f, c);
+  k.swiglu_backward(s.moe_dgate_up, l.moe_gate_up, s.moe_dh, in, f);
+  k.moe_grouped_linear_backward(s.moe_recv2, r.G(p.experts_gate_up_w), s.moe_dgate_up, l.moe_xe,
+                                r.P(p.experts_gate_up_w), l.moe_ep_offsets, el, c, 2 * f);
+  k.moe_permute_forward(s.moe_recv, s.moe_recv2, l.moe_ep_unsort, in, c);  // dxs, source-major
+  r.ep->from_experts(s.moe_recv, s.moe_drows, ex)->wait();
+}
+
+}  // namespace
 
 void moe_ffn_forward(BlockRun& r, LayerActivations& l) {
   Backend& k = r.k;
   const BlockParams& p = r.p;
   const MoeConfig& m = r.cfg.moe;
-  const int64_t n = r.n(), c = r.c(), e = m.experts, top = m.top_k, f = r.cfg.expert_ffn();
+  const int64_t n = r.ns(), c = r.c(), e = m.experts, top = m.top_k, f = r.cfg.expert_ffn();
+  const int64_t sf = r.cfg.shared_ffn();
   norm_forward(k, r.cfg, NormKind::rmsnorm, l.mlp_norm, nullptr, l.mlp_rstd, l.resid_mid,
                r.P(p.mlp_norm_w), nullptr, n);
   // The layer keeps the logits only when the z-loss's backward reads them again.
@@ -33,33 +117,42 @@ void moe_ffn_forward(BlockRun& r, LayerActivations& l) {
       k.moe_dispatch_plan(l.moe_offsets, l.moe_row_token, nullptr, l.moe_token_row,
                           l.moe_tokens_per_expert, l.moe_expert_idx, n, e, top, m.capacity(n));
   const int64_t rows = n * top - dropped;
-  k.moe_permute_forward(l.moe_xs, l.mlp_norm, l.moe_row_token, rows, c);
-  k.moe_grouped_linear_forward(l.moe_gate_up, l.moe_xs, r.P(p.experts_gate_up_w), l.moe_offsets, e,
-                               c, 2 * f);
-  k.swiglu_forward(l.moe_h, l.moe_gate_up, rows, f);
-  k.moe_grouped_linear_forward(l.moe_ys, l.moe_h, r.P(p.experts_down_w), l.moe_offsets, e, f, c);
-  k.moe_combine_forward(l.resid_out, l.moe_ys, l.moe_weight, l.moe_token_row, n, top, c);
-  if (const int64_t s = r.cfg.shared_ffn(); s > 0) {  // + the shared experts' SwiGLU, every token
+  // The shared experts' gate|up and SwiGLU on every token, while the rows travel (ep > 1).
+  auto shared_up = [&] {
+    if (sf <= 0) return;
     k.linear_forward(DType::f32, l.moe_shared_gate_up, l.mlp_norm, r.P(p.shared_gate_up_w), nullptr,
-                     {n, c, 2 * s}, {});
-    k.swiglu_forward(l.moe_shared_h, l.moe_shared_gate_up, n, s);
+                     {n, c, 2 * sf}, {});
+    k.swiglu_forward(l.moe_shared_h, l.moe_shared_gate_up, n, sf);
+  };
+  if (r.ep && r.ep->active()) {
+    exchange_forward(r, l, rows, shared_up);
+  } else {
+    k.moe_permute_forward(l.moe_xs, l.mlp_norm, l.moe_row_token, rows, c);
+    k.moe_grouped_linear_forward(l.moe_gate_up, l.moe_xs, r.P(p.experts_gate_up_w), l.moe_offsets,
+                                 e, c, 2 * f);
+    k.swiglu_forward(l.moe_h, l.moe_gate_up, rows, f);
+    k.moe_grouped_linear_forward(l.moe_ys, l.moe_h, r.P(p.experts_down_w), l.moe_offsets, e, f, c);
+    shared_up();
+  }
+  k.moe_combine_forward(l.resid_out, l.moe_ys, l.moe_weight, l.moe_token_row, n, top, c);
+  if (sf > 0) {
     // resid_out += h_s down^T, accumulated by the GEMM itself (beta 1): no [n, c] temporary.
-    k.gemm(DType::f32, false, true, n, c, s, 1.0f, l.moe_shared_h, s, r.P(p.shared_down_w), s, 1.0f,
-           l.resid_out, c);
+    k.gemm(DType::f32, false, true, n, c, sf, 1.0f, l.moe_shared_h, sf, r.P(p.shared_down_w), sf,
+           1.0f, l.resid_out, c);
   }
   k.add_inplace(l.resid_out, l.resid_mid, n * c);
 
+  if (r.rebuilding) return;  // counted when the layer first ran
   MoeLayerStats& st = *r.moe;
-  st.rows = rows;
-  st.dropped = dropped;
+  st.dropped += dropped;
+  st.forwards += 1;
   st.tokens_per_expert.resize(static_cast<size_t>(e));
   k.copy_to_host(st.tokens_per_expert.data(), l.moe_tokens_per_expert,
                  static_cast<size_t>(e) * sizeof(int64_t));
-  st.aux_loss = m.aux_loss_coeff > 0
-                    ? k.moe_aux_loss_forward(m.gating, l.moe_probs, l.moe_tokens_per_expert, n, e,
-                                             top, m.aux_loss_coeff)
-                    : 0.0;
-  st.z_loss = m.z_loss_coeff > 0 ? k.moe_z_loss_forward(logits, n, e, m.z_loss_coeff) : 0.0;
+  if (m.aux_loss_coeff > 0)
+    st.aux_loss += k.moe_aux_loss_forward(m.gating, l.moe_probs, l.moe_tokens_per_expert, n, e, top,
+                                          m.aux_loss_coeff);
+  if (m.z_loss_coeff > 0) st.z_loss += k.moe_z_loss_forward(logits, n, e, m.z_loss_coeff);
 }
 
 void moe_ffn_backward(BlockRun& r, LayerActivations& l) {
@@ -67,26 +160,41 @@ void moe_ffn_backward(BlockRun& r, LayerActivations& l) {
   GradScratch& s = r.s;
   const BlockParams& p = r.p;
   const MoeConfig& m = r.cfg.moe;
-  const int64_t n = r.n(), c = r.c(), e = m.experts, top = m.top_k, f = r.cfg.expert_ffn();
-  const int64_t rows = r.moe->rows;
+  const int64_t n = r.ns(), c = r.c(), e = m.experts, top = m.top_k, f = r.cfg.expert_ffn();
+  const int64_t sf = r.cfg.shared_ffn();
+  const int64_t rows = last_of(k, l.moe_offsets, e);
   // s.dresid holds dL/d(block output); the residual path passes it through unchanged. The
   // expert rows' gradient buffer holds dys, then (dys read) dxs, then the router's dx.
   k.moe_combine_backward(s.moe_drows, s.moe_dweight, s.dresid, l.moe_ys, l.moe_weight,
                          l.moe_token_row, n, top, c);
-  k.moe_grouped_linear_backward(s.moe_dh, r.G(p.experts_down_w), s.moe_drows, l.moe_h,
-                                r.P(p.experts_down_w), l.moe_offsets, e, f, c);
-  k.swiglu_backward(s.moe_dgate_up, l.moe_gate_up, s.moe_dh, rows, f);
-  k.moe_grouped_linear_backward(s.moe_drows, r.G(p.experts_gate_up_w), s.moe_dgate_up, l.moe_xs,
-                                r.P(p.experts_gate_up_w), l.moe_offsets, e, c, 2 * f);
-  k.moe_permute_backward(s.dnorm, s.moe_drows, l.moe_token_row, n, top, c);
-  if (const int64_t sf = r.cfg.shared_ffn(); sf > 0) {  // the shared experts, into dnorm too
+  // The shared experts' backward, its input gradient into `dx` (overwritten).
+  auto shared_backward = [&](float* dx) {
     k.linear_backward(DType::f32, s.moe_shared_dh, r.G(p.shared_down_w), nullptr, s.dresid,
                       l.moe_shared_h, r.P(p.shared_down_w), {n, sf, c}, {});
     k.swiglu_backward(s.moe_shared_dgate_up, l.moe_shared_gate_up, s.moe_shared_dh, n, sf);
-    k.linear_backward(DType::f32, s.moe_drows, r.G(p.shared_gate_up_w), nullptr,
-                      s.moe_shared_dgate_up, l.mlp_norm, r.P(p.shared_gate_up_w), {n, c, 2 * sf},
-                      {});
-    k.add_inplace(s.dnorm, s.moe_drows, n * c);
+    k.linear_backward(DType::f32, dx, r.G(p.shared_gate_up_w), nullptr, s.moe_shared_dgate_up,
+                      l.mlp_norm, r.P(p.shared_gate_up_w), {n, c, 2 * sf}, {});
+  };
+  if (r.ep && r.ep->active()) {
+    // The shared experts' input gradient goes straight to dnorm while the rows travel; the routed
+    // rows' part is added to it after they are back.
+    exchange_backward(r, l, [&] {
+      if (sf > 0) shared_backward(s.dnorm);
+    });
+    float* routed = sf > 0 ? s.moe_recv2 : s.dnorm;  // recv2 holds >= n rows of c
+    k.moe_permute_backward(routed, s.moe_drows, l.moe_token_row, n, top, c);
+    if (sf > 0) k.add_inplace(s.dnorm, routed, n * c);
+  } else {
+    k.moe_grouped_linear_backward(s.moe_dh, r.G(p.experts_down_w), s.moe_drows, l.moe_h,
+                                  r.P(p.experts_down_w), l.moe_offsets, e, f, c);
+    k.swiglu_backward(s.moe_dgate_up, l.moe_gate_up, s.moe_dh, rows, f);
+    k.moe_grouped_linear_backward(s.moe_drows, r.G(p.experts_gate_up_w), s.moe_dgate_up, l.moe_xs,
+                                  r.P(p.experts_gate_up_w), l.moe_offsets, e, c, 2 * f);
+    k.moe_permute_backward(s.dnorm, s.moe_drows, l.moe_token_row, n, top, c);
+    if (sf > 0) {  // the shared experts, into dnorm too
+      shared_backward(s.moe_drows);
+      k.add_inplace(s.dnorm, s.moe_drows, n * c);
+    }
   }
   // The router: the combine weights' gradient through the chosen probabilities, plus the
   // balancing losses at this micro-batch's weight in the objective (see moe_ffn.h).

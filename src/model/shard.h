@@ -7,6 +7,8 @@
 //   sequence parallelism (sp, with tp > 1): the residual stream, norms and residual adds run on
 //     this rank's 1/tp of the rows of the micro-batch (rows = batch * seq_len, contiguous blocks
 //     in rank order); the collectives around each block become all-gather / reduce-scatter.
+//   expert parallelism (ep ranks, carved out of dp): each Mixture-of-Experts layer's experts are
+//     split in ep equal blocks of whole experts; everything else is replicated over ep.
 //   pipeline parallelism (pp ranks, vpp virtual stages per rank): layers are cut into pp * vpp
 //     global virtual stages; this rank holds chunks c = 0..vpp-1, the global stages
 //     pp_rank + c * pp (Megatron's interleaved assignment). The embedding lives on global stage 0,
@@ -45,12 +47,18 @@ struct TensorSlice {
   bool replicated = false;
   // A tied embedding's copy on the last pipeline stage; the first stage's embedding is the owner.
   bool stage_copy = false;
+  // A Mixture-of-Experts layer's experts (dim 0 = the expert): split over the expert-parallel
+  // group (ep ranks hold different experts), replicated over the expert-data-parallel group,
+  // which reduces their gradients, shards them under ZeRO and whose first rank saves them.
+  bool expert = false;
 };
 
 struct ModelShard {
   int tp = 1, tp_rank = 0;
   bool sp = false;
   int pp = 1, pp_rank = 0, vpp = 1;
+  // Expert parallelism: this rank holds experts [expert_begin, + experts) of each MoE layer.
+  int ep = 1, ep_rank = 0;
   std::vector<LayerRange> chunks{{0, 0}};  // this rank's layers per model chunk, in chunk order
   bool has_embedding = true;               // global stage 0 is one of this rank's chunks
   bool has_head = true;                    // the last global stage is one of this rank's chunks
@@ -80,6 +88,8 @@ struct ModelShard {
     return (heads(c) + 2 * kv_heads(c)) * c.head_dim();
   }
   int64_t ffn(const ModelConfig& c) const { return c.d_ff / tp; }
+  int64_t experts(const ModelConfig& c) const { return c.moe.experts / ep; }
+  int64_t expert_begin(const ModelConfig& c) const { return ep_rank * experts(c); }
   int64_t vocab(const ModelConfig& c) const { return c.vocab_size / tp; }
   int64_t vocab_begin(const ModelConfig& c) const { return tp_rank * vocab(c); }
   // Rows of the residual stream this rank holds for a micro-batch of `rows` tokens.

@@ -13,8 +13,12 @@ constexpr int kGradSlots = 2;   // the bucket being filled and one being reduced
 constexpr int kParamSlots = 3;  // in use, prefetched, and a tied head's embedding
 }  // namespace
 
-DataParallel::DataParallel(Comm& dp, const DataParallelOptions& options)
-    : comm_(dp), opt_(options), rank_(dp.rank()), size_(dp.size()) {
+DataParallel::DataParallel(Comm& dp, const DataParallelOptions& options, Comm* expert_dp)
+    : comm_(dp),
+      expert_comm_(expert_dp ? expert_dp : &dp),
+      opt_(options),
+      rank_(dp.rank()),
+      size_(dp.size()) {
   STRATA_CHECK(opt_.zero >= 0 && opt_.zero <= 3, "parallel.zero: stage ", opt_.zero,
                " does not exist (0, 1, 2 or 3)");
   STRATA_CHECK(opt_.bucket_elements >= 1, "parallel.bucket_mb: must be positive");
@@ -23,21 +27,32 @@ DataParallel::DataParallel(Comm& dp, const DataParallelOptions& options)
 }
 
 std::vector<DataParallel::BucketShape> DataParallel::plan_buckets(
-    const std::vector<int64_t>& group_sizes, int64_t bucket_elements, int dp) {
-  // Buckets of whole groups in layout order (descending group index), each at least
-  // bucket_elements unless it is the last; padding makes each a multiple of the dp size.
+    const std::vector<int64_t>& group_sizes, int64_t bucket_elements, int dp,
+    const std::vector<char>& expert_groups, int edp) {
+  // Buckets of whole groups of one kind in layout order (descending group index), each at least
+  // bucket_elements unless it is the last of its kind; padding makes each a multiple of the size
+  // of the group that reduces it.
   std::vector<BucketShape> out;
   BucketShape current;
   bool open = false;
   auto close = [&] {
-    current.padded = (current.unpadded + dp - 1) / dp * dp;
+    const int64_t n = current.ranks;
+    current.padded = (current.unpadded + n - 1) / n * n;
     out.push_back(current);
     current = BucketShape();
     open = false;
   };
+  auto is_expert = [&](int g) {
+    return g < static_cast<int>(expert_groups.size()) && expert_groups[g] != 0;
+  };
   for (int g = static_cast<int>(group_sizes.size()) - 1; g >= 0; --g) {
     if (group_sizes[g] == 0) continue;  // a group another pipeline stage holds
-    if (!open) current.first_group = g;
+    if (open && current.expert != is_expert(g)) close();
+    if (!open) {
+      current.first_group = g;
+      current.expert = is_expert(g);
+      current.ranks = current.expert ? edp : dp;
+    }
     open = true;
     current.last_group = g;
     current.unpadded += group_sizes[g];
@@ -48,23 +63,41 @@ std::vector<DataParallel::BucketShape> DataParallel::plan_buckets(
 }
 
 DataParallel::Sizes DataParallel::sizes(const std::vector<int64_t>& group_sizes,
-                                        int64_t bucket_elements, int dp) {
+                                        int64_t bucket_elements, int dp,
+                                        const std::vector<char>& expert_groups, int edp) {
   Sizes s;
-  for (const BucketShape& b : plan_buckets(group_sizes, bucket_elements, dp)) {
+  for (const BucketShape& b : plan_buckets(group_sizes, bucket_elements, dp, expert_groups, edp)) {
     s.flat += b.padded;
-    s.shard += b.padded / dp;
+    s.shard += b.padded / b.ranks;
     s.max_padded = std::max(s.max_padded, b.padded);
+    s.max_slice = std::max(s.max_slice, b.padded / b.ranks);
     ++s.buckets;
   }
   return s;
+}
+
+std::vector<char> DataParallel::expert_groups(const ParamStore& params) {
+  std::vector<char> out(static_cast<size_t>(params.group_sizes().size()), 0);
+  for (const ParamInfo& p : params.all())
+    if (p.slice.expert) out[static_cast<size_t>(p.group)] = 1;
+  return out;
 }
 
 void DataParallel::plan(ParamStore& params) {
   const std::vector<int64_t> sizes = params.group_sizes();
   bucket_of_group_.assign(sizes.size(), -1);
   buckets_.clear();
-  for (const BucketShape& shape : plan_buckets(sizes, opt_.bucket_elements, size_)) {
+  const std::vector<char> experts = expert_groups(params);
+  for (const ParamInfo& p : params.all())
+    STRATA_CHECK(p.slice.expert == (experts[static_cast<size_t>(p.group)] != 0),
+                 "DataParallel: parameter group ", p.group,
+                 " mixes experts with other parameters (", p.name, ")");
+  for (const BucketShape& shape :
+       plan_buckets(sizes, opt_.bucket_elements, size_, experts, expert_comm_->size())) {
     Bucket b;
+    b.comm = shape.expert ? expert_comm_ : &comm_;
+    b.rank = b.comm->rank();
+    b.size = b.comm->size();
     for (int g = shape.first_group; g >= shape.last_group; --g) {
       if (sizes[g] == 0) continue;
       b.groups.push_back(g);
@@ -81,7 +114,7 @@ namespace {
 // setup()'s buffers, against the Arena or a MemCounter (DataParallel::setup_bytes).
 template <class A, class GradSlots, class ParamSlots>
 void stage_buffers(A& arena, const DataParallelOptions& o, int dp, int64_t flat, int64_t shard,
-                   int64_t max_padded, uint16_t*& reduce_lp, float*& shard_grads,
+                   int64_t max_padded, int64_t max_slice, uint16_t*& reduce_lp, float*& shard_grads,
                    GradSlots& grad_slots, float*& shard_params, ParamSlots& param_slots) {
   const bool bf16 = o.reduce_dtype == DType::bf16;
   // Stages 0/1 on one rank reduce nothing (launch_bucket), so they need no bf16 copy either.
@@ -93,12 +126,12 @@ void stage_buffers(A& arena, const DataParallelOptions& o, int dp, int64_t flat,
     for (auto& s : grad_slots) {
       s.data =
           arena.template alloc<float>(MemCategory::comm, max_padded, "gradient bucket staging");
-      s.reduced = arena.template alloc<float>(MemCategory::comm, max_padded / dp + 1,
-                                              "reduced gradient slice");
+      s.reduced =
+          arena.template alloc<float>(MemCategory::comm, max_slice + 1, "reduced gradient slice");
       if (bf16) {
         s.data_lp =
             arena.template alloc<uint16_t>(MemCategory::comm, max_padded, "bf16 gradient bucket");
-        s.reduced_lp = arena.template alloc<uint16_t>(MemCategory::comm, max_padded / dp + 1,
+        s.reduced_lp = arena.template alloc<uint16_t>(MemCategory::comm, max_slice + 1,
                                                       "bf16 reduced gradient slice");
       }
     }
@@ -119,8 +152,8 @@ MemBytes DataParallel::setup_bytes(const DataParallelOptions& options, int dp, c
   float *shard_grads = nullptr, *shard_params = nullptr;
   std::vector<GradSlot> grad_slots;
   std::vector<ParamSlot> param_slots;
-  stage_buffers(counter, options, dp, s.flat, s.shard, s.max_padded, reduce_lp, shard_grads,
-                grad_slots, shard_params, param_slots);
+  stage_buffers(counter, options, dp, s.flat, s.shard, s.max_padded, s.max_slice, reduce_lp,
+                shard_grads, grad_slots, shard_params, param_slots);
   return counter.bytes();
 }
 
@@ -129,13 +162,14 @@ void DataParallel::setup(ParamStore& params, Arena& arena) {
   int64_t local = 0;
   for (Bucket& b : buckets_) {
     b.start = params.group_offset(b.groups.front());
-    b.slice = b.padded / size_;
+    b.slice = b.padded / b.size;
     b.local = local;
     local += b.slice;
     max_padded_ = std::max(max_padded_, b.padded);
+    max_slice_ = std::max(max_slice_, b.slice);
   }
   shard_size_ = local;
-  stage_buffers(arena, opt_, size_, params.size(), shard_size_, max_padded_, reduce_lp_,
+  stage_buffers(arena, opt_, size_, params.size(), shard_size_, max_padded_, max_slice_, reduce_lp_,
                 shard_grads_, grad_slots_, shard_params_, param_slots_);
 }
 
@@ -209,17 +243,29 @@ void DataParallel::begin_backward() {
 void DataParallel::launch_bucket(int k) {
   Bucket& b = buckets_[k];
   const bool bf16 = opt_.reduce_dtype == DType::bf16;
+  // Each rank's gradients are of the mean over its own tokens, and the reduction averages them.
+  // An expert's gradient on its rank already sums over the tokens of all ep ranks, which sent it
+  // their rows, so the average over the expert-data-parallel group alone would leave it ep times
+  // the dp average: it is scaled by edp / dp = 1 / ep first (Megatron-Core's gradient scaling
+  // factor of expert parameters).
+  const int ep = size_ / expert_comm_->size();
+  const bool rescale = b.comm == expert_comm_ && &comm_ != expert_comm_ && ep > 1;
+  if (rescale) {
+    float* g = opt_.zero < 2 ? params_->grads() + b.start : grad_slots_[b.grad_slot].data;
+    backend().scale_inplace(g, 1.0f / static_cast<float>(ep), b.padded);
+  }
   if (opt_.zero < 2) {
-    // One rank (a process that runs alone, or a job of one): the average over one replica is the
-    // gradient itself; nothing is sent, and bf16 does not round it.
-    if (size_ == 1) return;
+    // One rank (a process that runs alone, or a job of one; experts held by one rank of the
+    // expert-data-parallel group): the average over one replica is the gradient itself; nothing
+    // is sent, and bf16 does not round it.
+    if (b.size == 1) return;
     if (bf16) {
       backend().to_lowp(DType::bf16, reduce_lp_ + b.start, params_->grads() + b.start, b.padded);
       pending_.push_back(
-          comm_.all_reduce(reduce_lp_ + b.start, b.padded, DType::bf16, ReduceOp::avg));
+          b.comm->all_reduce(reduce_lp_ + b.start, b.padded, DType::bf16, ReduceOp::avg));
     } else {
       pending_.push_back(
-          comm_.all_reduce(params_->grads() + b.start, b.padded, DType::f32, ReduceOp::avg));
+          b.comm->all_reduce(params_->grads() + b.start, b.padded, DType::f32, ReduceOp::avg));
     }
     pending_buckets_.push_back(k);
     return;
@@ -227,9 +273,9 @@ void DataParallel::launch_bucket(int k) {
   GradSlot& s = grad_slots_[b.grad_slot];
   if (bf16) {
     backend().to_lowp(DType::bf16, s.data_lp, s.data, b.padded);
-    s.work = comm_.reduce_scatter(s.data_lp, s.reduced_lp, b.slice, DType::bf16, ReduceOp::avg);
+    s.work = b.comm->reduce_scatter(s.data_lp, s.reduced_lp, b.slice, DType::bf16, ReduceOp::avg);
   } else {
-    s.work = comm_.reduce_scatter(s.data, s.reduced, b.slice, DType::f32, ReduceOp::avg);
+    s.work = b.comm->reduce_scatter(s.data, s.reduced, b.slice, DType::f32, ReduceOp::avg);
   }
   // The slot stays staged until its reduction is retired; the bucket's next micro-batch gets a
   // fresh slot (begin_grads), so it never accumulates into memory a reduction is reading.
@@ -357,7 +403,7 @@ void DataParallel::after_optimizer_step() {
   std::vector<WorkHandle> works;
   for (const Bucket& b : buckets_) {
     float* base = params_->data() + b.start;
-    works.push_back(comm_.all_gather(base + rank_ * b.slice, base, b.slice, DType::f32));
+    works.push_back(b.comm->all_gather(base + b.rank * b.slice, base, b.slice, DType::f32));
   }
   wait_all(works);
 }
@@ -391,7 +437,7 @@ int DataParallel::param_slot_for(int k, bool prefetch) {
   s.bucket = k;
   s.last_use = ++clock_;
   b.param_slot = victim;
-  s.work = comm_.all_gather(shard_params_ + b.local, s.data, b.slice, DType::f32);
+  s.work = b.comm->all_gather(shard_params_ + b.local, s.data, b.slice, DType::f32);
   return victim;
 }
 
@@ -426,7 +472,7 @@ void DataParallel::release_params(int group) {
 void DataParallel::gather_to_full(const float* local_shard, float* full) {
   std::vector<WorkHandle> works;
   for (const Bucket& b : buckets_)
-    works.push_back(comm_.all_gather(local_shard + b.local, full + b.start, b.slice, DType::f32));
+    works.push_back(b.comm->all_gather(local_shard + b.local, full + b.start, b.slice, DType::f32));
   wait_all(works);
 }
 

@@ -15,6 +15,12 @@
 //            computes; the shard alone is updated.
 // Staging buffers are accounted as "comm"; params/grads/optimizer then follow the ZeRO paper's
 // arithmetic exactly (up to padding).
+//
+// Expert parallelism (Megatron-Core's placement): the groups of a Mixture-of-Experts layer's
+// experts (ParamInfo slices marked `expert`) differ between the ranks of an expert-parallel group,
+// so they are reduced and sharded over the expert-data-parallel group instead (the dp ranks that
+// hold the same experts, dp / ep of them): they form buckets of their own, padded to a multiple of
+// that group's size, and every rule above applies to them over that group.
 #pragma once
 #include <cstdint>
 #include <deque>
@@ -47,24 +53,35 @@ struct DataParallelOptions {
 
 class DataParallel : public GroupHooks {
  public:
-  DataParallel(Comm& dp, const DataParallelOptions& options);
+  // `expert_dp`: the expert-data-parallel group (null: the experts, if any, reduce over dp).
+  DataParallel(Comm& dp, const DataParallelOptions& options, Comm* expert_dp = nullptr);
 
   // The buckets plan() cuts: whole groups of `group_sizes` (ParamStore::group_sizes(), laid out
-  // in descending group order; empty groups skipped), each closed once it holds bucket_elements,
-  // padded to a multiple of dp. A bucket is the non-empty groups first_group down to last_group.
+  // in descending group order; empty groups skipped), each closed once it holds bucket_elements
+  // or before a group of the other kind (expert_groups[g]: group g holds experts; empty: none
+  // does), padded to a multiple of its group's size (dp, or edp for experts). A bucket is the
+  // non-empty groups first_group down to last_group.
   struct BucketShape {
     int first_group = 0, last_group = 0;
     int64_t unpadded = 0, padded = 0;
+    bool expert = false;
+    int ranks = 1;  // the size of the group it is reduced over
   };
   static std::vector<BucketShape> plan_buckets(const std::vector<int64_t>& group_sizes,
-                                               int64_t bucket_elements, int dp);
+                                               int64_t bucket_elements, int dp,
+                                               const std::vector<char>& expert_groups = {},
+                                               int edp = 1);
   // What plan() and setup() make of that, without a communicator or an allocation (the planner):
-  // the flat layout with padding (ParamStore::size()), this rank's shard, the largest bucket.
+  // the flat layout with padding (ParamStore::size()), this rank's shard, the largest bucket and
+  // the largest slice of one.
   struct Sizes {
-    int64_t flat = 0, shard = 0, max_padded = 0;
+    int64_t flat = 0, shard = 0, max_padded = 0, max_slice = 0;
     int buckets = 0;
   };
-  static Sizes sizes(const std::vector<int64_t>& group_sizes, int64_t bucket_elements, int dp);
+  static Sizes sizes(const std::vector<int64_t>& group_sizes, int64_t bucket_elements, int dp,
+                     const std::vector<char>& expert_groups = {}, int edp = 1);
+  // Which groups of `params` hold experts (ParamInfo::slice.expert), by group index.
+  static std::vector<char> expert_groups(const ParamStore& params);
   // Bytes per arena category setup() allocates for that layout (shards, staging buffers).
   static MemBytes setup_bytes(const DataParallelOptions& options, int dp, const Sizes& sizes);
 
@@ -122,6 +139,8 @@ class DataParallel : public GroupHooks {
  private:
   struct Bucket {
     std::vector<int> groups;  // in layout order (descending group index)
+    Comm* comm = nullptr;     // dp, or edp for experts
+    int rank = 0, size = 1;   // in that group
     int64_t start = 0;        // flat offset of the first element
     int64_t padded = 0;       // elements including padding (a multiple of the dp size)
     int64_t slice = 0;        // padded / dp: each rank's share
@@ -157,17 +176,18 @@ class DataParallel : public GroupHooks {
   void retire_grad_slot(int slot);
   int param_slot_for(int k, bool prefetch);
   void bind_bucket_params(int k, float* base);
-  int64_t owned_begin(const Bucket& b) const { return b.start + rank_ * b.slice; }
+  int64_t owned_begin(const Bucket& b) const { return b.start + b.rank * b.slice; }
   // The device of the parameters, gradients and staging buffers (the ParamStore's; after setup).
   Backend& backend() const { return params_->backend(); }
 
   Comm& comm_;
+  Comm* expert_comm_;  // edp (or dp)
   DataParallelOptions opt_;
   ParamStore* params_ = nullptr;
   int rank_ = 0, size_ = 1;
   std::vector<Bucket> buckets_;
   std::vector<int> bucket_of_group_;
-  int64_t shard_size_ = 0, max_padded_ = 0;
+  int64_t shard_size_ = 0, max_padded_ = 0, max_slice_ = 0;
   float* shard_params_ = nullptr;  // stage 3
   float* shard_grads_ = nullptr;   // stages 2, 3
   std::vector<GradSlot> grad_slots_;

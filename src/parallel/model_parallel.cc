@@ -127,14 +127,21 @@ double sum_exactly(Comm& comm, double value, std::vector<int32_t>& all) {
 
 double ModelParallel::grad_norm() {
   const ParamStore& p = model_.params();
-  double local = 0;
+  double dense = 0, experts = 0;
   for (int i = 0; i < p.count(); ++i) {
     const TensorSlice& s = p.info(i).slice;
     if (s.holder_index != 0 || s.stage_copy) continue;  // counted by another rank
     for (const GradSpan& span : dp_.grad_spans(i))
-      local += model_.backend().sum_squares(span.grad, span.count);
+      (s.expert ? experts : dense) += model_.backend().sum_squares(span.grad, span.count);
   }
-  if (dp_.zero_stage() >= 2) local = sum_exactly(groups_.dp(), local, norm_bits_);
+  // Sharded gradients: the dp group's shards hold every element once (the experts' shards
+  // split over the expert-data-parallel groups of all ep ranks). Otherwise every dp rank holds
+  // all of them, except the experts, which differ over the ep group.
+  double local = 0;
+  if (dp_.zero_stage() >= 2)
+    local = sum_exactly(groups_.dp(), dense + experts, norm_bits_);
+  else
+    local = dense + sum_exactly(groups_.ep(), experts, norm_bits_);
   local = sum_exactly(groups_.tp(), local, norm_bits_);
   local = sum_exactly(groups_.pp(), local, norm_bits_);
   return std::sqrt(local);
@@ -144,41 +151,45 @@ void ModelParallel::gather(const float* local, float* whole) {
   Comm& world = groups_.world();
   const Layout& layout = groups_.layout();
   const Layout::Coord me = groups_.coord();
-  auto counted = [](const ParamInfo& info) {
-    return info.slice.holder_index == 0 && !info.slice.stage_copy;
+  // Data-parallel rank d < ep sends its experts (ep rank d's); rank 0 also everything else.
+  auto counted = [](const ParamInfo& info, int dp_rank) {
+    return info.slice.holder_index == 0 && !info.slice.stage_copy &&
+           (dp_rank == 0 || info.slice.expert);
   };
   if (world.rank() != 0) {
-    if (me.dp != 0) return;
+    if (me.dp >= layout.ep) return;
     const ParamStore& p = model_.params();
     std::vector<float> packed;
     for (const ParamInfo& info : p.all())
-      if (counted(info))
+      if (counted(info, me.dp))
         packed.insert(packed.end(), local + info.offset, local + info.offset + info.numel);
     world.send(packed.data(), static_cast<int64_t>(packed.size()), DType::f32, 0, 7)->wait();
     return;
   }
   for (int pp = 0; pp < layout.pp; ++pp) {
     for (int tp = 0; tp < layout.tp; ++tp) {
-      const int src = layout.rank_of({tp, 0, pp});
-      const float* data = local;
-      ParamStore theirs;
-      std::vector<float> packed;
-      if (src == 0) {
-        theirs = model_.params();
-      } else {
-        register_model_params(config_, spec_.for_rank(config_, tp, pp), theirs);
-        int64_t n = 0;
-        for (const ParamInfo& info : theirs.all()) n += counted(info) ? info.numel : 0;
-        packed.resize(static_cast<size_t>(n));
-        world.recv(packed.data(), n, DType::f32, src, 7)->wait();
-        data = packed.data();
-      }
-      int64_t at = 0;
-      for (const ParamInfo& info : theirs.all()) {
-        if (!counted(info)) continue;
-        const float* block = src == 0 ? data + info.offset : data + at;
-        at += info.numel;
-        copy_local_to_global(info, block, whole + whole_.info(whole_.index_of(info.name)).offset);
+      for (int d = 0; d < layout.ep; ++d) {
+        const int src = layout.rank_of({tp, d, pp});
+        const float* data = local;
+        ParamStore theirs;
+        std::vector<float> packed;
+        if (src == 0) {
+          theirs = model_.params();
+        } else {
+          register_model_params(config_, spec_.for_rank(config_, tp, pp, d), theirs);
+          int64_t n = 0;
+          for (const ParamInfo& info : theirs.all()) n += counted(info, d) ? info.numel : 0;
+          packed.resize(static_cast<size_t>(n));
+          world.recv(packed.data(), n, DType::f32, src, 7)->wait();
+          data = packed.data();
+        }
+        int64_t at = 0;
+        for (const ParamInfo& info : theirs.all()) {
+          if (!counted(info, d)) continue;
+          const float* block = src == 0 ? data + info.offset : data + at;
+          at += info.numel;
+          copy_local_to_global(info, block, whole + whole_.info(whole_.index_of(info.name)).offset);
+        }
       }
     }
   }

@@ -29,8 +29,14 @@ struct ShardSpec {
   bool sp = false;
   int64_t rows = 0;  // tokens per micro-batch
   std::vector<int64_t> stage_layers;
-  ModelShard for_rank(const ModelConfig& config, int tp_rank, int pp_rank) const {
-    return make_shard(config, tp, tp_rank, sp, pp, pp_rank, vpp, rows, stage_layers);
+  int ep = 1;  // expert parallelism (experts split over ep ranks)
+  ModelShard for_rank(const ModelConfig& config, int tp_rank, int pp_rank, int ep_rank = 0) const {
+    ModelShard s = make_shard(config, tp, tp_rank, sp, pp, pp_rank, vpp, rows, stage_layers);
+    STRATA_CHECK(ep == 1 || (config.moe.experts > 0 && config.moe.experts % ep == 0),
+                 "parallel.ep = ", ep, " must divide model.moe.experts = ", config.moe.experts);
+    s.ep = ep;
+    s.ep_rank = ep_rank;
+    return s;
   }
 };
 
@@ -47,7 +53,8 @@ class ModelParallel {
 
   // Collective over the world: on world rank 0, `whole` (whole_model_layout) receives every
   // global tensor from `local`, a host buffer in this rank's full parameter layout (not
-  // dp-sharded); other ranks leave it untouched. Only data-parallel rank 0 of each (tp, pp) sends.
+  // dp-sharded); other ranks leave it untouched. Only data-parallel rank 0 of each (tp, pp) sends,
+  // and with ep > 1 the other ranks of its expert-parallel group their experts.
   void gather(const float* local, float* whole);
   // Every rank takes its blocks of the global tensors `whole` into `local` (host, full layout).
   void scatter(const float* whole, float* local) const;

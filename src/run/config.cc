@@ -146,6 +146,7 @@ const Field kFields[] = {
     STRATA_FIELD(parallel, pp),
     STRATA_FIELD(parallel, dp),
     STRATA_FIELD(parallel, zero),
+    STRATA_FIELD(parallel, ep),
     STRATA_FIELD(parallel, sp),
     STRATA_FIELD(parallel, vpp),
     STRATA_FIELD(parallel, schedule),

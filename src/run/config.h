@@ -79,8 +79,11 @@ struct ParallelConfig {
   int64_t pp = 1;    // pipeline-parallel size
   int64_t dp = 0;    // data-parallel size; 0 derives it from the world size
   int64_t zero = 0;  // ZeRO stage: 0 (DDP), 1 (optimizer state), 2 (+ gradients), 3 (+ parameters)
-  bool sp = false;   // sequence parallelism (with tp > 1)
-  int64_t vpp = 1;   // virtual pipeline stages (model chunks) per pp rank
+  // Expert parallelism (MoE families): the experts of each layer split over ep ranks, carved out
+  // of dp (comm/layout.h); must divide dp and model.moe.experts.
+  int64_t ep = 1;
+  bool sp = false;  // sequence parallelism (with tp > 1)
+  int64_t vpp = 1;  // virtual pipeline stages (model chunks) per pp rank
   ScheduleKind schedule = ScheduleKind::one_f_one_b;
   int64_t micro_batches = 0;  // micro-batches per step; 0: train.grad_accum
   std::vector<int64_t>

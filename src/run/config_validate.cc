@@ -130,14 +130,18 @@ void validate_config(RunConfig& c, const std::string& where) {
   check(!c.train.activation_offload || p.pp == 1, where,
         "train.activation_offload = true needs parallel.pp = 1: a pipeline stage holds several "
         "micro-batches' activations at once, which the offload's window does not");
+  check(p.ep >= 1, where, "parallel.ep: must be at least 1, got ", p.ep);
+  check(p.ep == 1 || c.model.moe.enabled(), where, "parallel.ep = ", p.ep,
+        " splits the experts of a Mixture-of-Experts model, but model.moe.experts is 0 (family ",
+        family_name(c.model.family), "); set parallel.ep = 1 or use an MoE family (mixtral, ",
+        "qwen3_moe)");
   if (c.model.moe.enabled()) {
-    // The MoE FFN (mixtral, qwen3_moe) runs whole in one process per data-parallel rank, in f32, on
-    // the CPU (GitHub issue 21's first step); the Decoder refuses the same combinations.
+    // The MoE FFN (mixtral, qwen3_moe) runs in f32 on the CPU (GitHub issue 21); the Decoder
+    // refuses the same combinations. Its experts split over parallel.ep (carved out of dp).
     const std::string moe = cat("model.moe.experts > 0 (family ", family_name(c.model.family), ")");
-    check(p.tp == 1 && !p.sp, where, moe,
-          " does not run with tensor or sequence parallelism yet: set parallel.tp = 1");
-    check(p.pp == 1, where, moe,
-          " does not run with pipeline parallelism yet: set parallel.pp = 1");
+    check(c.model.moe.experts % p.ep == 0, where, "parallel.ep = ", p.ep,
+          " does not divide model.moe.experts = ", c.model.moe.experts,
+          ": each expert-parallel rank holds experts / ep whole experts");
     check(t.precision == Precision::f32, where, moe,
           " trains in f32 only so far: set train.precision = \"f32\"");
     check(c.system.device == Device::cpu, where, moe,

@@ -55,13 +55,14 @@ RunPlan resolve_run_plan(const RunConfig& config, int64_t world, bool under_laun
   // would fit. One rank of a launched job keeps parallel.zero, even at world size 1.
   const bool alone = !under_launcher && world == 1;
   r.layout = resolve_layout(static_cast<int>(p.tp), static_cast<int>(p.pp), static_cast<int>(p.dp),
-                            alone ? 0 : static_cast<int>(p.zero), static_cast<int>(world));
+                            alone ? 0 : static_cast<int>(p.zero), static_cast<int>(world),
+                            static_cast<int>(p.ep));
   r.model = config.model;
   r.model.finalize();
   r.micro_batches = micro_batches_per_step(config);
   r.tokens = t.batch_size * t.seq_len;
-  r.shard =
-      ShardSpec{r.layout.tp, r.layout.pp, static_cast<int>(p.vpp), p.sp, r.tokens, p.stage_layers};
+  r.shard = ShardSpec{r.layout.tp,    r.layout.pp, static_cast<int>(p.vpp), p.sp, r.tokens,
+                      p.stage_layers, r.layout.ep};
   // The model must split over tp (heads, kv heads, MLP, vocabulary), sp and the pipeline
   // stages: checked once, here, for the first rank (every rank's split has the same rules).
   if (r.sharded_model()) r.shard.for_rank(r.model, 0, 0);
@@ -85,16 +86,17 @@ RunPlan resolve_run_plan(const RunConfig& config, int64_t world, bool under_laun
   return r;
 }
 
-ModelShard RunPlan::shard_for(int tp_rank, int pp_rank) const {
-  return sharded_model() ? shard.for_rank(model, tp_rank, pp_rank) : ModelShard::whole(model);
+ModelShard RunPlan::shard_for(int tp_rank, int pp_rank, int ep_rank) const {
+  return sharded_model() ? shard.for_rank(model, tp_rank, pp_rank, ep_rank)
+                         : ModelShard::whole(model);
 }
 
-DecoderOptions RunPlan::decoder_options(int tp_rank, int pp_rank) const {
+DecoderOptions RunPlan::decoder_options(int tp_rank, int pp_rank, int ep_rank) const {
   DecoderOptions o;
   o.recompute = recompute;
   o.precision = precision;
   o.offload_activations = offload_activations;
-  if (sharded_model()) o.shard = shard.for_rank(model, tp_rank, pp_rank);
+  if (sharded_model()) o.shard = shard.for_rank(model, tp_rank, pp_rank, ep_rank);
   return o;
 }
 

@@ -43,14 +43,15 @@ struct RunPlan {
   ResumeMode resume = ResumeMode::latest;
   std::string resume_path;  // ResumeMode::path
 
-  // The model is split over ranks (tp or pp > 1); otherwise every rank holds all of it.
-  bool sharded_model() const { return layout.tp > 1 || layout.pp > 1; }
-  // The part of the model the rank at (tp_rank, pp_rank) holds: the whole model unless sharded.
-  ModelShard shard_for(int tp_rank, int pp_rank) const;
+  // The model is split over ranks (tp, pp or ep > 1); otherwise every rank holds all of it.
+  bool sharded_model() const { return layout.tp > 1 || layout.pp > 1 || layout.ep > 1; }
+  // The part of the model the rank at (tp_rank, pp_rank, ep_rank) holds: the whole model unless
+  // sharded.
+  ModelShard shard_for(int tp_rank, int pp_rank, int ep_rank = 0) const;
   // The decoder's options that follow from the config: recomputation, precision, activation
   // offload and the shard at (tp_rank, pp_rank). The caller adds the runtime parts (backend,
   // tp group, pipeline slots, the data-parallel plan hook).
-  DecoderOptions decoder_options(int tp_rank = 0, int pp_rank = 0) const;
+  DecoderOptions decoder_options(int tp_rank = 0, int pp_rank = 0, int ep_rank = 0) const;
 };
 
 // `under_launcher`: this process is one rank of a launched job (it has process groups even at

@@ -126,13 +126,15 @@ void Trainer::build_model() {
   const Layout& layout = groups_->layout();
   // Device buffers over NCCL from here on (a job's groups on a GPU; no-op on the CPU).
   if (groups_->has_mpi()) device_->route(*groups_);
-  dp_ = std::make_unique<DataParallel>(groups_->dp(), plan.data_parallel);
+  // The experts (MoE) reduce over the expert-data-parallel group: dp / ep ranks hold each.
+  dp_ = std::make_unique<DataParallel>(groups_->dp(), plan.data_parallel, &groups_->edp());
   const Layout::Coord at = groups_->coord();
-  DecoderOptions o = plan.decoder_options(at.tp, at.pp);
+  DecoderOptions o = plan.decoder_options(at.tp, at.pp, at.dp % layout.ep);
   o.backend = &device_->backend();
   o.plan = [this](ParamStore& params) { dp_->plan(params); };
   std::vector<PipelineAction> actions;
   if (layout.tp > 1) o.tp = &groups_->tp();
+  if (layout.ep > 1) o.ep = &groups_->ep();
   if (layout.pp > 1) {
     actions = make_schedule(plan.schedule, layout.pp, static_cast<int>(micro_batches_),
                             plan.shard.vpp, at.pp);
@@ -303,6 +305,7 @@ StepResult Trainer::train_step() {
   const float loss_scale = scaler_ ? scaler_->scale() : 1.0f;
   const float grad_scale = loss_scale / static_cast<float>(tokens * m);
   double loss = 0;
+  model_->reset_moe_stats();
   r.loss_scale = loss_scale;
   if (pipe_) {
     auto tick = Clock::now();
@@ -336,16 +339,10 @@ StepResult Trainer::train_step() {
       if (offload_hooks_) offload_hooks_->begin_micro_batch(micro == m - 1);
       loss += model_->forward_backward(inputs_, targets_, grad_scale);
       r.compute_s += seconds_since(tick);
-      record_moe(r, micro == m - 1);
     }
     loss /= static_cast<double>(m);
-    r.moe_aux_loss /= static_cast<double>(m);
-    r.moe_z_loss /= static_cast<double>(m);
-    for (StepResult::MoeLayer& l : r.moe_layers) {
-      l.aux_loss /= static_cast<double>(m);
-      l.z_loss /= static_cast<double>(m);
-    }
   }
+  if (!model_->moe_stats().empty()) record_moe(r, m);
   if (groups_->tp().size() > 1) {
     r.tp_comm_s = groups_->tp().stats().total_wait_seconds();
     r.compute_s = std::max(0.0, r.compute_s - r.tp_comm_s);
@@ -446,18 +443,45 @@ std::vector<float> Trainer::global_grads() {
   return to_global(local_full(sharded ? dp_->shard_grads() : model_->params().grads(), sharded));
 }
 
-void Trainer::record_moe(StepResult& r, bool last_micro_batch) const {
+void Trainer::record_moe(StepResult& r, int64_t micro_batches) {
+  // Per layer [aux, z, dropped, tokens per expert...]: the layers this pipeline stage holds (the
+  // others are zero here), summed over pp; the loads and drops summed over the ranks whose rows
+  // differ (dp, and tp under sp), the balancing losses averaged over them, as the loss is.
   const std::vector<MoeLayerStats>& layers = model_->moe_stats();
-  r.moe_layers.resize(layers.size());
-  for (size_t l = 0; l < layers.size(); ++l) {
-    const MoeLayerStats& st = layers[l];
-    r.moe_aux_loss += st.aux_loss;
-    r.moe_z_loss += st.z_loss;
-    r.moe_dropped += st.dropped;
-    r.moe_layers[l].aux_loss += st.aux_loss;
-    r.moe_layers[l].z_loss += st.z_loss;
-    r.moe_layers[l].dropped += st.dropped;
-    if (last_micro_batch) r.moe_tokens_per_expert.push_back(st.tokens_per_expert);
+  const int64_t e = config_.model.moe.experts, width = 3 + e;
+  const size_t L = layers.size();
+  std::vector<float> v(L * static_cast<size_t>(width), 0.0f);
+  for (size_t l = 0; l < L; ++l) {
+    float* row = v.data() + l * static_cast<size_t>(width);
+    row[0] = static_cast<float>(layers[l].aux_loss / static_cast<double>(micro_batches));
+    row[1] = static_cast<float>(layers[l].z_loss / static_cast<double>(micro_batches));
+    row[2] = static_cast<float>(layers[l].dropped);
+    for (int64_t x = 0; x < e && x < static_cast<int64_t>(layers[l].tokens_per_expert.size()); ++x)
+      row[3 + x] = static_cast<float>(layers[l].tokens_per_expert[x]);
+  }
+  const int64_t count = static_cast<int64_t>(v.size());
+  const bool sp = config_.parallel.sp && groups_->tp().size() > 1;
+  double replicas = 1;
+  for (Comm* c : {&groups_->dp(), sp ? &groups_->tp() : nullptr})
+    if (c && c->size() > 1) {
+      c->all_reduce(v.data(), count, DType::f32, ReduceOp::sum)->wait();
+      replicas *= c->size();
+    }
+  if (groups_->pp().size() > 1)
+    groups_->pp().all_reduce(v.data(), count, DType::f32, ReduceOp::sum)->wait();
+  r.moe_layers.assign(L, {});
+  r.moe_tokens_per_expert.assign(L, std::vector<int64_t>(static_cast<size_t>(e), 0));
+  for (size_t l = 0; l < L; ++l) {
+    const float* row = v.data() + l * static_cast<size_t>(width);
+    StepResult::MoeLayer& out = r.moe_layers[l];
+    out.aux_loss = row[0] / replicas;
+    out.z_loss = row[1] / replicas;
+    out.dropped = static_cast<int64_t>(row[2]);
+    for (int64_t x = 0; x < e; ++x)
+      r.moe_tokens_per_expert[l][x] = static_cast<int64_t>(row[3 + x]);
+    r.moe_aux_loss += out.aux_loss;
+    r.moe_z_loss += out.z_loss;
+    r.moe_dropped += out.dropped;
   }
 }
 

@@ -149,8 +149,8 @@ class Trainer {
   HostState host_state(bool download = true);
   void upload_state(const HostState& s);
   void write_metrics(const StepResult& r, double tokens_per_s, double mfu, double val_loss);
-  // Adds the MoE layers' record of the micro-batch just run to r (StepResult::moe_*).
-  void record_moe(StepResult& r, bool last_micro_batch) const;
+  // The step's MoE statistics, over the micro-batches and the ranks (collective).
+  void record_moe(StepResult& r, int64_t micro_batches);
   void sample_at_end();
   bool is_rank0() const { return rank_ == 0; }
   double mean_over_dp(double value);

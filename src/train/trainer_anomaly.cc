@@ -207,13 +207,16 @@ void Trainer::after_step_checks(StepResult& r) {
     device_->upload(model_->params().data(), &first, 1);
     model_->params().bump_version();
   }
-  const bool replicated = !dp_->params_sharded() && groups_->dp().size() > 1;
+  // Replicas: the dp group, or with expert parallelism the expert-data-parallel group (ep ranks
+  // hold different experts).
+  Comm& replicas = groups_->layout().ep > 1 ? groups_->edp() : groups_->dp();
+  const bool replicated = !dp_->params_sharded() && replicas.size() > 1;
   if (a.replica_check_every > 0 && r.step % a.replica_check_every == 0 && replicated) {
     const ParamStore& params = model_->params();
     io::Xxh3Hash h;  // compared between the ranks of this job only: the faster hash
     h.update(device_->host_view(params.data(), params.size(), device_snapshot_),
              static_cast<size_t>(params.size()) * sizeof(float));
-    Comm& dp = groups_->dp();
+    Comm& dp = replicas;
     float mine[5];
     split16(h.finish(), mine);
     mine[4] = static_cast<float>(rank_);

@@ -106,7 +106,9 @@ std::vector<SliceSource> Trainer::checkpoint_sources(bool read_offloaded) {
     m = offload_snapshot_.data() + n;
     v = offload_snapshot_.data() + 2 * n;
   }
-  const bool dp_lead = groups_->dp().rank() == 0;
+  // One replica saves what is not sharded: data-parallel rank 0, and for the experts the first
+  // rank of each expert-data-parallel group (ep rank d's experts are on dp rank d).
+  const bool dp_lead = groups_->dp().rank() == 0, edp_lead = groups_->edp().rank() == 0;
   const bool params_sharded = dp_->params_sharded();
   const bool state_sharded = dp_->optimizer_sharded();
   const float* pbase = st.params;
@@ -118,7 +120,7 @@ std::vector<SliceSource> Trainer::checkpoint_sources(bool read_offloaded) {
       if (sharded) {
         for (const DataParallel::ShardRun& r : dp_->shard_runs(i))
           out.push_back(SliceSource{block_of(p, kind, r.begin, r.count), base + r.shard_offset});
-      } else if (dp_lead) {
+      } else if (p.slice.expert ? edp_lead : dp_lead) {
         out.push_back(SliceSource{block_of(p, kind, 0, p.numel), base + p.offset});
       }
     };
