@@ -74,6 +74,24 @@ TEST(Layout, ErrorsNameTheKeysWorldAndFix) {
   EXPECT_HAS(error_of(2, 2, 0, 0, 7), "world size 7");
 }
 
+TEST(Layout, ExpertParallelismIsCarvedOutOfDataParallelism) {
+  const Layout l = resolve_layout(2, 1, 0, 0, 8, 2);
+  EXPECT_EQ(l.dp, 4);
+  EXPECT_EQ(l.ep, 2);
+  EXPECT_EQ(l.edp(), 2);
+  EXPECT_EQ(l.world(), 8);  // ep does not add ranks
+  EXPECT_EQ(l.describe(), "tp=2 pp=1 dp=4 ep=2 zero=0 (world 8)");
+  std::string what;
+  try {
+    resolve_layout(2, 1, 0, 0, 12, 4);  // dp 6
+  } catch (const Error& e) {
+    what = e.what();
+  }
+  EXPECT_HAS(what, "parallel.ep=4 does not divide the data-parallel size 6");
+  EXPECT_HAS(what, "parallel.ep can be 1, 2, 3 or 6");
+  EXPECT_THROW(resolve_layout(1, 1, 0, 0, 4, 0), Error);
+}
+
 const char* lookup(const std::map<std::string, std::string>& env, const char* name) {
   auto it = env.find(name);
   return it == env.end() ? nullptr : it->second.c_str();

@@ -107,6 +107,41 @@ TEST(ProcessGroups, WorldOfFourByHand) {
   }
 }
 
+// Expert parallelism, carved out of dp: the ep group is ep adjacent dp ranks, the edp group the
+// dp ranks of equal dp % ep; written out for a world of 4 (tp 1 and 2).
+TEST(ProcessGroups, ExpertGroupsInsideDataParallelism) {
+  if (mpi_world_size() != 4) GTEST_SKIP() << "needs 4 ranks";
+  const int me = mpi_world_rank();
+  struct Case {
+    int tp, ep;
+    std::vector<std::vector<int>> ep_groups, edp_groups;
+  };
+  const std::vector<Case> cases = {
+      {1, 1, {{0}, {1}, {2}, {3}}, {{0, 1, 2, 3}}},
+      {1, 2, {{0, 1}, {2, 3}}, {{0, 2}, {1, 3}}},
+      {1, 4, {{0, 1, 2, 3}}, {{0}, {1}, {2}, {3}}},
+      {2, 2, {{0, 2}, {1, 3}}, {{0}, {1}, {2}, {3}}},
+  };
+  for (const Case& c : cases) {
+    ProcessGroups g = ProcessGroups::create(resolve_layout(c.tp, 1, 0, 0, 4, c.ep));
+    const std::string what = g.layout().describe();
+    for (const auto& [comm, groups] :
+         {std::pair<Comm*, const std::vector<std::vector<int>>*>{&g.ep(), &c.ep_groups},
+          {&g.edp(), &c.edp_groups}}) {
+      std::vector<int> want;
+      for (const auto& grp : *groups)
+        for (int r : grp)
+          if (r == me) want = grp;
+      EXPECT_EQ(members(*comm), want) << what << " " << comm->name();
+      int want_sum = 0;
+      for (int r : want) want_sum += r;
+      EXPECT_EQ(sum_of_world_ranks(*comm), want_sum) << what << " " << comm->name();
+    }
+    EXPECT_EQ(g.ep().rank(), g.coord().dp % c.ep) << what;
+    EXPECT_EQ(g.edp().rank(), g.coord().dp / c.ep) << what;
+  }
+}
+
 TEST(ProcessGroups, StepAndTimeoutReachEveryGroup) {
   const int world = mpi_world_size();
   ProcessGroups g = ProcessGroups::create(resolve_layout(1, 1, 0, 0, world));

@@ -116,8 +116,12 @@ TEST(FamilyGradients, BackwardMatchesFiniteDifferences) {
         const int64_t e = order[static_cast<size_t>(k)];
         float* x = p.param(i) + e;
         const float x0 = *x;
-        // The objective: the mean token loss plus (MoE) the layers' balancing losses.
-        auto objective = [&] { return m.forward(in.data(), tg.data(), b, t) + m.moe_loss(); };
+        // The objective: the mean token loss plus (MoE) the layers' balancing losses, of this
+        // forward alone (the statistics count from reset_moe_stats).
+        auto objective = [&] {
+          m.reset_moe_stats();
+          return m.forward(in.data(), tg.data(), b, t) + m.moe_loss();
+        };
         // The experts' choice is piecewise constant: a step that changes it is no derivative.
         // Such an element is tried again with a step 4 times smaller, then left out.
         bool done = false;

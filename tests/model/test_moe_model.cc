@@ -110,7 +110,7 @@ TEST(MoeModel, RoutingRecordPerLayer) {
       EXPECT_EQ(
           std::accumulate(st.tokens_per_expert.begin(), st.tokens_per_expert.end(), int64_t{0}),
           n * 2);
-      EXPECT_EQ(st.rows + st.dropped, n * 2);
+      EXPECT_EQ(st.forwards, 1);
       int64_t over = 0;  // what a capacity of 4 must drop
       for (int64_t x : st.tokens_per_expert) over += factor > 0 ? std::max<int64_t>(0, x - 4) : 0;
       EXPECT_EQ(st.dropped, over) << factor;
@@ -119,6 +119,15 @@ TEST(MoeModel, RoutingRecordPerLayer) {
     }
     // The default coefficient 0.02 times e * sum f P, which is 1 for a uniform router.
     EXPECT_NEAR(m.moe_loss(), 2 * 0.02, 0.02);
+    // A second forward adds to the counts (a step's micro-batches) until they are reset.
+    const double once = m.moe_loss();
+    const int64_t dropped = m.moe_stats()[0].dropped;
+    m.forward(in.data(), tg.data(), b, t);
+    EXPECT_DOUBLE_EQ(m.moe_loss(), 2 * once);
+    EXPECT_EQ(m.moe_stats()[0].dropped, 2 * dropped);
+    m.reset_moe_stats();
+    EXPECT_EQ(m.moe_loss(), 0.0);
+    EXPECT_EQ(m.moe_stats()[0].forwards, 0);
   }
 }
 

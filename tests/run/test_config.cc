@@ -309,9 +309,14 @@ INSTANTIATE_TEST_SUITE_P(
         BadValue{"[model]\nfamily = \"qwen3\"\n[model.moe]\nexperts = 4",
                  "model.moe.experts: the qwen3 family has a dense MLP; leave model.moe.experts at "
                  "0 or use an MoE family (\"mixtral\", \"qwen3_moe\")"},
-        BadValue{"[model]\nfamily = \"qwen3_moe\"\n[model.moe]\nexperts = 4\n[parallel]\ntp = 2",
-                 "model.moe.experts > 0 (family qwen3_moe) does not run with tensor or sequence "
-                 "parallelism yet: set parallel.tp = 1"}));
+        BadValue{"[model]\nfamily = \"qwen3_moe\"\n[model.moe]\nexperts = 6\n[parallel]\nep = 4",
+                 "parallel.ep = 4 does not divide model.moe.experts = 6: each expert-parallel "
+                 "rank holds experts / ep whole experts"},
+        BadValue{"[model]\nfamily = \"llama\"\n[parallel]\nep = 2",
+                 "parallel.ep = 2 splits the experts of a Mixture-of-Experts model, but "
+                 "model.moe.experts is 0 (family llama); set parallel.ep = 1 or use an MoE family "
+                 "(mixtral, qwen3_moe)"},
+        BadValue{"[parallel]\nep = 0", "parallel.ep: must be at least 1, got 0"}));
 
 TEST(Config, OverridesInEveryForm) {
   RunConfig c = parse_config(
