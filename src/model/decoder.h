@@ -148,6 +148,10 @@ class Decoder {
   const std::vector<MoeLayerStats>& moe_stats() const { return moe_stats_; }
   // Starts the count of the statistics (a step's micro-batches).
   void reset_moe_stats();
+  // The per-token gradient scale of the coming backward passes (what the loss's backward also
+  // takes), for the stages of a pipeline that do not compute the loss: the MoE balancing losses'
+  // gradients are weighted by it on every stage.
+  void set_grad_scale(float grad_scale) { loss_scale_ = grad_scale; }
   // The balancing losses of the forwards since reset_moe_stats, summed over layers (each already
   // times its coefficient): what the objective adds to the mean token loss, per micro-batch.
   double moe_loss() const;

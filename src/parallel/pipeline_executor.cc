@@ -105,6 +105,7 @@ PipelineStepStats PipelineExecutor::run(
   const auto t_start = Clock::now();
   const int64_t tokens = model_.batch() * model_.seq_len();
   const ModelShard& sh = model_.shard();
+  model_.set_grad_scale(grad_scale);  // every stage's MoE layers weigh their balancing losses
   // A wait on a transfer, traced with what it waits for (the bubble shows as these spans).
   auto wait_timed = [&](WorkHandle& w, const char* what, int mb, int chunk) {
     TraceSpan span(what, "pipeline");

@@ -50,13 +50,14 @@ struct Case {
   std::string grad_reduce = "f32";
   float grad_clip = 0.5f;  // 0: off (LayoutGradients)
   int64_t steps = 10;
+  int ep = 1;  // expert parallelism (mixtral), carved out of dp
 
   std::string name() const {
     return cat(family, "_tp", tp, "_pp", pp, "_dp", dp, sp ? "_sp" : "", "_v", vpp, "_",
                schedule == "1f1b" ? "1f1b" : schedule, "_z", zero,
                recompute == "none" ? "" : "_rc_" + recompute,
                precision == "f32" ? "" : "_" + precision,
-               grad_reduce == "f32" ? "" : "_reduce_" + grad_reduce);
+               grad_reduce == "f32" ? "" : "_reduce_" + grad_reduce, ep > 1 ? cat("_ep", ep) : "");
   }
   // f32 reassociation only; with 16-bit GEMM inputs a partial sum that differs in its last f32
   // bit can round to another bf16 value, so mixed precision compares at bf16's resolution.
@@ -76,6 +77,22 @@ constexpr int64_t kBatch = 2, kSeq = 16, kSteps = 10;  // kSteps: Case::steps' d
 // and 3.1e-4 in 16 bits. The layouts are what is under test, not AdamW's eps: the one-process
 // reference uses the same.
 RunConfig config_for(const Case& k, int64_t batch, int64_t accum, const std::string& dir) {
+  std::vector<std::string> overrides = {
+      "model.family=" + (k.family == "llama3" ? std::string("llama") : k.family),
+      "run.dir=" + dir,
+      "run.resume=none",
+      cat("train.steps=", k.steps),
+      cat("train.batch_size=", batch),
+      cat("train.grad_accum=", accum),
+      cat("parallel.ep=", k.ep)};
+  if (k.family == "mixtral") {
+    // 8 experts of width 32, 2 per token, with the z-loss. The auxiliary loss is off: it is
+    // computed over each rank's micro-batch (as Megatron-Core's default), so its value, unlike
+    // the per-token losses', depends on how the global batch is cut into ranks.
+    for (const char* o : {"model.moe.experts=8", "model.moe.top_k=2", "model.moe.expert_ffn=32",
+                          "model.moe.aux_loss_coeff=0", "model.moe.z_loss_coeff=1e-3"})
+      overrides.push_back(o);
+  }
   RunConfig c = parse_config(
       R"(
 [model]
@@ -97,10 +114,7 @@ source = "synthetic"
 [parallel]
 bucket_mb = 0.02
 )",
-      "test",
-      {"model.family=" + (k.family == "llama3" ? std::string("llama") : k.family), "run.dir=" + dir,
-       "run.resume=none", cat("train.steps=", k.steps), cat("train.batch_size=", batch),
-       cat("train.grad_accum=", accum)});
+      "test", overrides);
   if (k.family != "gpt2") c.model.n_kv_head = 2;        // tp 4 and 8 share each kv head
   if (k.family == "qwen3") c.model.attn_head_dim = 12;  // heads apart from d_model / n_head = 8
   if (k.family == "llama3") {  // hd 8: pairs in all three of Llama 3's frequency bands
@@ -168,7 +182,7 @@ const RunResult& reference(const Case& k, bool keep_grads = false) {
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
   Case one = k;
-  one.tp = one.pp = one.dp = one.vpp = 1;
+  one.tp = one.pp = one.dp = one.vpp = one.ep = 1;
   one.zero = 0;
   one.sp = false;
   one.schedule = "1f1b";
@@ -187,7 +201,7 @@ TEST_P(LayoutEquivalence, MatchesOneProcess) {
   const int world = world_size();
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  ProcessGroups g = ProcessGroups::create(resolve_layout(k.tp, k.pp, k.dp, k.zero, world));
+  ProcessGroups g = ProcessGroups::create(resolve_layout(k.tp, k.pp, k.dp, k.zero, world, k.ep));
   RunConfig c = config_for(
       k, kBatch, k.micro_batches,
       (fs::temp_directory_path() / cat("strata_test_mp_np", world, "_", k.name(), "_", rank))
@@ -301,6 +315,27 @@ std::vector<Case> all_cases() {
     }
   }
   if (ci) out = ci_subset(out);
+  // Mixture of experts with expert parallelism (GitHub issue 21), in ci too: ep alone, ep x dp,
+  // ep x tp (with sp), ep x pp, ep 4 under ZeRO-1 and ZeRO-3, and at 8 ranks ep x tp x pp x dp.
+  auto moe = [](int tp, int pp, int dp, int zero, int ep, bool sp = false) {
+    Case k{"mixtral", tp, pp, dp, 1, zero, sp};
+    k.ep = ep;
+    return k;
+  };
+  if (world == 2) {
+    out.push_back(moe(1, 1, 2, 0, 2));
+    out.push_back(moe(1, 1, 2, 3, 2));
+  } else if (world == 4) {
+    out.push_back(moe(1, 1, 4, 1, 2));        // ep 2 x dp 2
+    out.push_back(moe(2, 1, 2, 1, 2, true));  // ep 2 x tp 2 (sp)
+    out.push_back(moe(2, 1, 2, 0, 2));        // ep 2 x tp 2 (no sp: the MoE replicated over tp)
+    out.push_back(moe(1, 2, 2, 1, 2));        // ep 2 x pp 2
+    out.push_back(moe(1, 1, 4, 1, 4));
+    out.push_back(moe(1, 1, 4, 3, 4));
+  } else if (world == 8) {
+    out.push_back(moe(2, 2, 2, 1, 2, true));
+    out.push_back(moe(1, 1, 8, 3, 4));
+  }
   // The families added through the block seam, a row each at every rank count, in ci too: Qwen3
   // (per-head q/k norms, heads 12 wide) over tp with sp (tp 4 > n_kv_head 2 from 4 ranks: shared
   // kv heads, and q/k norm gradients summed over the group), and Llama 3.x's rope scaling over pp
@@ -364,7 +399,7 @@ TEST_P(LayoutGradients, MatchOneProcess) {
   const int world = world_size();
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  ProcessGroups g = ProcessGroups::create(resolve_layout(k.tp, k.pp, k.dp, k.zero, world));
+  ProcessGroups g = ProcessGroups::create(resolve_layout(k.tp, k.pp, k.dp, k.zero, world, k.ep));
   const RunResult got =
       train(config_for(k, kBatch, k.micro_batches,
                        (fs::temp_directory_path() /
@@ -401,6 +436,11 @@ std::vector<Case> gradient_cases() {
     out.push_back(Case{"llama", 4, 1, world / 4, 1, world > 4 ? 1 : 0});  // shared kv heads
     out.push_back(Case{"gpt2", 2, 1, world / 2, 1, 2});                   // ZeRO-2 under tp
   }
+  // Experts reduced over the expert-data-parallel group, scaled by 1 / ep (ZeRO-2 from 4 ranks:
+  // reduce-scattered over it).
+  Case experts{"mixtral", 1, 1, world, 1, world >= 4 ? 2 : 0};
+  experts.ep = 2;
+  out.push_back(experts);
   for (Case& k : out) {
     k.grad_clip = 0;
     k.steps = 2;
@@ -425,7 +465,7 @@ void check_resume_on_other_layout(const Case& a, const Case& c, const std::strin
   const std::string base =
       (fs::temp_directory_path() / cat("strata_test_mp_ckpt_np", world, "_", tag, "_")).string();
   {
-    ProcessGroups g = ProcessGroups::create(resolve_layout(a.tp, a.pp, a.dp, a.zero, world));
+    ProcessGroups g = ProcessGroups::create(resolve_layout(a.tp, a.pp, a.dp, a.zero, world, a.ep));
     // One run directory for the job, as on a shared filesystem: every rank writes its slices.
     Trainer t(config_for(a, kBatch, a.micro_batches, cat(base, "a")), &g);
     for (int i = 0; i < kSteps / 2; ++i) t.train_step();
@@ -442,14 +482,14 @@ void check_resume_on_other_layout(const Case& a, const Case& c, const std::strin
     r.params = t.global_params();
     return r;
   };
-  ProcessGroups g = ProcessGroups::create(resolve_layout(c.tp, c.pp, c.dp, c.zero, world));
+  ProcessGroups g = ProcessGroups::create(resolve_layout(c.tp, c.pp, c.dp, c.zero, world, c.ep));
   const RunResult other =
       resumed(config_for(c, kBatch * a.dp / c.dp, c.micro_batches, cat(base, "c")), &g);
   int ok = 1;
   if (rank == 0) {
     const RunResult& want = reference(a);
     Case one = a;
-    one.tp = one.pp = one.dp = 1;
+    one.tp = one.pp = one.dp = one.ep = 1;
     one.zero = 0;
     const RunResult single =
         resumed(config_for(one, kBatch * a.dp, a.micro_batches, base + "one"), nullptr);
@@ -483,6 +523,21 @@ TEST(ModelParallelCheckpoint, ResumesOnAnotherLayout) {
   c.pp = a.tp * a.pp;
   c.sp = false;
   check_resume_on_other_layout(a, c, "tp_pp");
+}
+
+// Experts are saved as global tensors: expert-parallel shards (under ZeRO-3 over the
+// expert-data-parallel group at 4 ranks and more) resume as whole experts on tensor and pipeline
+// layouts, and back into expert shards of another ep.
+TEST(ModelParallelCheckpoint, ExpertShardsResumeOnAnyLayout) {
+  const int world = world_size();
+  Case a{"mixtral", 1, 1, world, 1, world >= 4 ? 3 : 1};
+  a.ep = world >= 4 ? world / 2 : 2;
+  Case c{"mixtral", 2, world / 2, 1};
+  check_resume_on_other_layout(a, c, "ep_to_tp_pp");
+  Case d{"mixtral", 1, 1, world, 1, 1};
+  d.ep = world >= 4 ? 4 : 2;
+  if (world >= 4) a.ep = 2;
+  check_resume_on_other_layout(d, a, "ep_to_ep");
 }
 
 // ZeRO shards (dp = world, ZeRO-1 moments and ZeRO-3 master weights) into tensor and pipeline
