@@ -42,11 +42,11 @@ void moe_buffers(LayerActivations& l, const ModelConfig& cfg, const ModelShard& 
     l.moe_ep_sort = arena.template alloc<int32_t>(category, r, "moe exchange sort");
     l.moe_ep_unsort = arena.template alloc<int32_t>(category, r, "moe exchange unsort");
   }
-  l.moe_gate_up = buf(r * 2 * f, "moe expert gate|up");
+  l.moe_gate_up = buf(r * cfg.moe.input_factor() * f, "moe expert gate|up (or fc)");
   l.moe_h = buf(r * f, "moe expert activation");
   l.moe_ys = buf(rows * c, "moe expert output");
   if (const int64_t s = cfg.shared_ffn(); s > 0) {
-    l.moe_shared_gate_up = buf(n * 2 * s, "moe shared experts gate|up");
+    l.moe_shared_gate_up = buf(n * cfg.moe.input_factor() * s, "moe shared experts gate|up");
     l.moe_shared_h = buf(n * s, "moe shared experts activation");
   }
 }
@@ -183,14 +183,15 @@ void scratch_buffers(GradScratch& g, const ModelConfig& cfg, const ModelShard& s
     g.moe_dweight = ws(ns * k, "moe combine weights gradient");
     g.moe_drows = ws(ns * k * c, "moe expert rows gradient");
     g.moe_dh = ws(r * fe, "moe expert activation gradient");
-    g.moe_dgate_up = ws(r * 2 * fe, "moe expert gate|up gradient");
+    g.moe_dgate_up = ws(r * cfg.moe.input_factor() * fe, "moe expert gate|up gradient");
     if (shard.ep > 1) {
       g.moe_recv = ws(r * c, "moe exchanged rows");
       g.moe_recv2 = ws(r * c, "moe exchanged rows, permuted");
     }
     if (const int64_t s = cfg.shared_ffn(); s > 0) {
       g.moe_shared_dh = ws(ns * s, "moe shared experts activation gradient");
-      g.moe_shared_dgate_up = ws(ns * 2 * s, "moe shared experts gate|up gradient");
+      g.moe_shared_dgate_up =
+          ws(ns * cfg.moe.input_factor() * s, "moe shared experts gate|up gradient");
     }
     if (cfg.moe.z_loss_coeff <= 0) g.moe_logits = ws(ns * e, "moe router logits");
   } else {

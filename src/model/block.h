@@ -38,10 +38,11 @@ struct BlockParams {
   int q_norm_w = -1, k_norm_w = -1;  // per-head norms of q and k (Qwen3)
   int o_w = -1, o_b = -1;
   int mlp_norm_w = -1, mlp_norm_b = -1;
-  int fc_w = -1, fc_b = -1, proj_w = -1, proj_b = -1;              // GELU MLP (gpt2)
-  int gate_w = -1, up_w = -1, down_w = -1;                         // SwiGLU MLP (llama, qwen3)
-  int router_w = -1, experts_gate_up_w = -1, experts_down_w = -1;  // MoE FFN (mixtral, ...)
-  int shared_gate_up_w = -1, shared_down_w = -1;                   // its shared experts
+  int fc_w = -1, fc_b = -1, proj_w = -1, proj_b = -1;  // GELU MLP (gpt2)
+  int gate_w = -1, up_w = -1, down_w = -1;             // SwiGLU MLP (llama, qwen3)
+  // MoE FFN (mixtral, ...): experts_gate_up_w is GELU experts' fc, router_b sigmoid_bias's bias.
+  int router_w = -1, router_b = -1, experts_gate_up_w = -1, experts_down_w = -1;
+  int shared_gate_up_w = -1, shared_down_w = -1;  // its shared experts
 };
 
 enum class NormKind { layernorm, rmsnorm };

@@ -37,6 +37,13 @@ void check_moe(const MoeConfig& m, ModelFamily family, const BlockLayout& layout
                m.aux_loss_coeff);
   STRATA_CHECK(m.z_loss_coeff >= 0, "model.moe.z_loss_coeff: must be 0 or more, got ",
                m.z_loss_coeff);
+  STRATA_CHECK(m.bias_update_rate >= 0, "model.moe.bias_update_rate: must be 0 or more, got ",
+               m.bias_update_rate);
+  STRATA_CHECK(m.bias_update_rate == 0 || m.router_bias(),
+               "model.moe.bias_update_rate = ", m.bias_update_rate,
+               " moves the router bias of gating \"sigmoid_bias\" (DeepSeek-V3), but "
+               "model.moe.gating = \"",
+               enum_name(m.gating), "\" has none; set gating = \"sigmoid_bias\" or the rate to 0");
   STRATA_CHECK(m.capacity_factor >= 0,
                "model.moe.capacity_factor: must be 0 (dropless) or positive, got ",
                m.capacity_factor);
@@ -108,11 +115,14 @@ int64_t ModelConfig::num_params(bool include_positions) const {
   const int64_t norm = layernorm ? 2 * c : c;
   const int64_t attn =
       c * qkv + n_head * hd * c + (layout.biases ? qkv + c : 0) + (layout.head_norm ? 2 * hd : 0);
-  // An MoE layer: the router [experts, c], each expert's gate|up and down, the shared experts'.
-  const int64_t mlp =
-      layout.moe ? moe.experts * c + moe.experts * 3 * c * expert_ffn() + 3 * c * shared_ffn()
-                 : (layout.mlp_pre_factor + 1) * c * d_ff +
-                       (layout.biases ? layout.mlp_pre_factor * d_ff + c : 0);
+  // An MoE layer: the router [experts, c] (and its bias under sigmoid_bias gating), each
+  // expert's input projection (gate|up or fc) and down, the shared experts'.
+  const int64_t expert_mats = moe.input_factor() + 1;
+  const int64_t mlp = layout.moe ? moe.experts * c + (moe.router_bias() ? moe.experts : 0) +
+                                       moe.experts * expert_mats * c * expert_ffn() +
+                                       expert_mats * c * shared_ffn()
+                                 : (layout.mlp_pre_factor + 1) * c * d_ff +
+                                       (layout.biases ? layout.mlp_pre_factor * d_ff + c : 0);
   int64_t total = n_layer * (2 * norm + attn + mlp) + norm + vocab_size * c;
   if (!tie_embeddings) total += vocab_size * c;
   if (include_positions && layout.learned_positions) total += max_seq_len * c;
@@ -121,7 +131,8 @@ int64_t ModelConfig::num_params(bool include_positions) const {
 
 int64_t ModelConfig::num_active_params(bool include_positions) const {
   const int64_t idle = moe.enabled() ? moe.experts - moe.top_k : 0;
-  return num_params(include_positions) - n_layer * idle * 3 * d_model * expert_ffn();
+  return num_params(include_positions) -
+         n_layer * idle * (moe.input_factor() + 1) * d_model * expert_ffn();
 }
 
 }  // namespace strata

@@ -29,6 +29,14 @@ struct EnumNames<kernels::MoeGating> {
   static constexpr std::string_view names[] = {"softmax_topk", "sigmoid_bias"};
 };
 
+// model.moe.activation: each expert's MLP, SwiGLU (gate|up, Mixtral, Qwen3-MoE, DeepSeek) or GELU
+// (tanh approximation; fc then proj, as GPT-2's MLP: Switch Transformer, GShard style experts).
+enum class MoeActivation { swiglu, gelu };
+template <>
+struct EnumNames<MoeActivation> {
+  static constexpr std::string_view names[] = {"swiglu", "gelu"};
+};
+
 // model.moe.*: the sparse FFN of the MoE families, mixtral and qwen3_moe (experts = 0: a dense
 // model). Defaults are Mixtral 8x7B's, and Hugging Face's router_aux_loss_coef.
 struct MoeConfig {
@@ -48,8 +56,18 @@ struct MoeConfig {
   // expert width) fused into one SwiGLU of width shared_experts x shared_ffn.
   int64_t shared_experts = 0;
   int64_t shared_ffn = 0;
+  // The experts' (and shared experts') activation; GELU experts have one input projection.
+  MoeActivation activation = MoeActivation::swiglu;
+  // DeepSeek-V3's auxiliary-loss-free balancing (gating "sigmoid_bias" only): after every step
+  // each layer's router bias moves by this rate towards balance, bias[x] += rate *
+  // sign(mean load - load[x]) over the step's global batch (DeepSeek-V3 uses 0.001); 0: fixed.
+  float bias_update_rate = 0.0f;
 
   bool enabled() const { return experts > 0; }
+  // Rows of an expert's first projection per unit of its width: gate|up 2, GELU's fc 1.
+  int64_t input_factor() const { return activation == MoeActivation::swiglu ? 2 : 1; }
+  // The router has a bias (used for the choice only): sigmoid_bias gating.
+  bool router_bias() const { return gating == kernels::MoeGating::sigmoid_bias; }
   // Rows of one expert at most for n tokens (0: no limit).
   int64_t capacity(int64_t n) const;
 };

@@ -6,19 +6,44 @@ void register_moe_ffn(ParamStore& p, const ParamSlices& sl, int64_t layer, Block
   const ModelConfig& cfg = sl.cfg;
   const std::string pre = "layers." + std::to_string(layer) + ".";
   const int g = layer_group(layer), eg = expert_group(cfg, layer);
-  const int64_t c = cfg.d_model, e = sl.sh.experts(cfg), f = cfg.expert_ffn();
+  const MoeConfig& m = cfg.moe;
+  const int64_t c = cfg.d_model, e = sl.sh.experts(cfg), f = cfg.expert_ffn(),
+                in = m.input_factor();
+  // SwiGLU's fused gate|up, or GELU's fc (GPT-2's name), of the experts and shared experts.
+  const std::string first = m.activation == MoeActivation::swiglu ? "gate_up" : "fc";
   b.mlp_norm_w = p.add(pre + "mlp_norm.weight", {c}, g, sl.replicated(true));
-  b.router_w = p.add(pre + "moe.router.weight", {cfg.moe.experts, c}, g, sl.replicated(true));
+  b.router_w = p.add(pre + "moe.router.weight", {m.experts, c}, g, sl.replicated(true));
+  // DeepSeek-V3's e_score_correction_bias: no gradient reaches it (it only shifts the choice), so
+  // AdamW leaves it alone; the step's balancing update moves it (Trainer).
+  if (m.router_bias())
+    b.router_b = p.add(pre + "moe.router.bias", {m.experts}, g, sl.replicated(false));
   if (const int64_t s = cfg.shared_ffn(); s > 0) {
     b.shared_gate_up_w =
-        p.add(pre + "moe.shared.gate_up.weight", {2 * s, c}, g, sl.replicated(true));
+        p.add(pre + "moe.shared." + first + ".weight", {in * s, c}, g, sl.replicated(true));
     b.shared_down_w = p.add(pre + "moe.shared.down.weight", {c, s}, g, sl.replicated(true));
   }
-  b.experts_gate_up_w = p.add(pre + "moe.experts.gate_up.weight", {e, 2 * f, c}, eg, sl.experts());
+  b.experts_gate_up_w =
+      p.add(pre + "moe.experts." + first + ".weight", {e, in * f, c}, eg, sl.experts());
   b.experts_down_w = p.add(pre + "moe.experts.down.weight", {e, c, f}, eg, sl.experts());
 }
 
 namespace {
+
+// The experts' activation: SwiGLU of [rows, 2f] gate|up, or GELU of [rows, f].
+void act_forward(Backend& k, MoeActivation act, float* h, const float* pre, int64_t rows,
+                 int64_t f) {
+  if (act == MoeActivation::swiglu)
+    k.swiglu_forward(h, pre, rows, f);
+  else
+    k.gelu_forward(DType::f32, h, pre, rows * f);
+}
+void act_backward(Backend& k, MoeActivation act, float* dpre, const float* pre, const float* dh,
+                  int64_t rows, int64_t f) {
+  if (act == MoeActivation::swiglu)
+    k.swiglu_backward(dpre, pre, dh, rows, f);
+  else
+    k.gelu_backward(dpre, pre, dh, rows * f);
+}
 
 // The last of a device int64 array (the dispatch plan's row count), on the host.
 int64_t last_of(Backend& k, const int64_t* offsets, int64_t e) {
@@ -67,8 +92,8 @@ void exchange_forward(BlockRun& r, LayerActivations& l, int64_t rows, F&& overla
   const int64_t in = ex.rows_in;
   k.moe_permute_forward(l.moe_xe, r.s.moe_recv, l.moe_ep_sort, in, c);
   k.moe_grouped_linear_forward(l.moe_gate_up, l.moe_xe, r.P(p.experts_gate_up_w), l.moe_ep_offsets,
-                               el, c, 2 * f);
-  k.swiglu_forward(l.moe_h, l.moe_gate_up, in, f);
+                               el, c, r.cfg.moe.input_factor() * f);
+  act_forward(k, r.cfg.moe.activation, l.moe_h, l.moe_gate_up, in, f);
   k.moe_grouped_linear_forward(r.s.moe_recv, l.moe_h, r.P(p.experts_down_w), l.moe_ep_offsets, el,
                                f, c);
   k.moe_permute_forward(r.s.moe_recv2, r.s.moe_recv, l.moe_ep_unsort, in, c);
@@ -91,9 +116,10 @@ void exchange_backward(BlockRun& r, LayerActivations& l, F&& overlap) {
   k.moe_permute_forward(s.moe_recv2, s.moe_recv, l.moe_ep_sort, in, c);  // dys, expert-major
   k.moe_grouped_linear_backward(s.moe_dh, r.G(p.experts_down_w), s.moe_recv2, l.moe_h,
                                 r.P(p.experts_down_w), l.moe_ep_offsets, el, f, c);
-  k.swiglu_backward(s.moe_dgate_up, l.moe_gate_up, s.moe_dh, in, f);
+  act_backward(k, r.cfg.moe.activation, s.moe_dgate_up, l.moe_gate_up, s.moe_dh, in, f);
   k.moe_grouped_linear_backward(s.moe_recv2, r.G(p.experts_gate_up_w), s.moe_dgate_up, l.moe_xe,
-                                r.P(p.experts_gate_up_w), l.moe_ep_offsets, el, c, 2 * f);
+                                r.P(p.experts_gate_up_w), l.moe_ep_offsets, el, c,
+                                r.cfg.moe.input_factor() * f);
   k.moe_permute_forward(s.moe_recv, s.moe_recv2, l.moe_ep_unsort, in, c);  // dxs, source-major
   r.ep->from_experts(s.moe_recv, s.moe_drows, ex)->wait();
 }
@@ -111,8 +137,8 @@ void moe_ffn_forward(BlockRun& r, LayerActivations& l) {
   // The layer keeps the logits only when the z-loss's backward reads them again.
   float* logits = l.moe_logits ? l.moe_logits : r.s.moe_logits;
   k.linear_forward(DType::f32, logits, l.mlp_norm, r.P(p.router_w), nullptr, {n, c, e}, {});
-  k.moe_route_forward(m.gating, l.moe_expert_idx, l.moe_weight, l.moe_probs, logits, nullptr, n, e,
-                      top, m.normalize_topk, m.routed_scale);
+  k.moe_route_forward(m.gating, l.moe_expert_idx, l.moe_weight, l.moe_probs, logits,
+                      r.P(p.router_b), n, e, top, m.normalize_topk, m.routed_scale);
   const int64_t dropped =
       k.moe_dispatch_plan(l.moe_offsets, l.moe_row_token, nullptr, l.moe_token_row,
                           l.moe_tokens_per_expert, l.moe_expert_idx, n, e, top, m.capacity(n));
@@ -121,16 +147,16 @@ void moe_ffn_forward(BlockRun& r, LayerActivations& l) {
   auto shared_up = [&] {
     if (sf <= 0) return;
     k.linear_forward(DType::f32, l.moe_shared_gate_up, l.mlp_norm, r.P(p.shared_gate_up_w), nullptr,
-                     {n, c, 2 * sf}, {});
-    k.swiglu_forward(l.moe_shared_h, l.moe_shared_gate_up, n, sf);
+                     {n, c, m.input_factor() * sf}, {});
+    act_forward(k, m.activation, l.moe_shared_h, l.moe_shared_gate_up, n, sf);
   };
   if (r.ep && r.ep->active()) {
     exchange_forward(r, l, rows, shared_up);
   } else {
     k.moe_permute_forward(l.moe_xs, l.mlp_norm, l.moe_row_token, rows, c);
     k.moe_grouped_linear_forward(l.moe_gate_up, l.moe_xs, r.P(p.experts_gate_up_w), l.moe_offsets,
-                                 e, c, 2 * f);
-    k.swiglu_forward(l.moe_h, l.moe_gate_up, rows, f);
+                                 e, c, m.input_factor() * f);
+    act_forward(k, m.activation, l.moe_h, l.moe_gate_up, rows, f);
     k.moe_grouped_linear_forward(l.moe_ys, l.moe_h, r.P(p.experts_down_w), l.moe_offsets, e, f, c);
     shared_up();
   }
@@ -146,9 +172,10 @@ void moe_ffn_forward(BlockRun& r, LayerActivations& l) {
   MoeLayerStats& st = *r.moe;
   st.dropped += dropped;
   st.forwards += 1;
-  st.tokens_per_expert.resize(static_cast<size_t>(e));
-  k.copy_to_host(st.tokens_per_expert.data(), l.moe_tokens_per_expert,
-                 static_cast<size_t>(e) * sizeof(int64_t));
+  std::vector<int64_t> load(static_cast<size_t>(e));
+  k.copy_to_host(load.data(), l.moe_tokens_per_expert, load.size() * sizeof(int64_t));
+  st.tokens_per_expert.resize(load.size(), 0);
+  for (size_t x = 0; x < load.size(); ++x) st.tokens_per_expert[x] += load[x];
   if (m.aux_loss_coeff > 0)
     st.aux_loss += k.moe_aux_loss_forward(m.gating, l.moe_probs, l.moe_tokens_per_expert, n, e, top,
                                           m.aux_loss_coeff);
@@ -171,9 +198,10 @@ void moe_ffn_backward(BlockRun& r, LayerActivations& l) {
   auto shared_backward = [&](float* dx) {
     k.linear_backward(DType::f32, s.moe_shared_dh, r.G(p.shared_down_w), nullptr, s.dresid,
                       l.moe_shared_h, r.P(p.shared_down_w), {n, sf, c}, {});
-    k.swiglu_backward(s.moe_shared_dgate_up, l.moe_shared_gate_up, s.moe_shared_dh, n, sf);
+    act_backward(k, m.activation, s.moe_shared_dgate_up, l.moe_shared_gate_up, s.moe_shared_dh, n,
+                 sf);
     k.linear_backward(DType::f32, dx, r.G(p.shared_gate_up_w), nullptr, s.moe_shared_dgate_up,
-                      l.mlp_norm, r.P(p.shared_gate_up_w), {n, c, 2 * sf}, {});
+                      l.mlp_norm, r.P(p.shared_gate_up_w), {n, c, m.input_factor() * sf}, {});
   };
   if (r.ep && r.ep->active()) {
     // The shared experts' input gradient goes straight to dnorm while the rows travel; the routed
@@ -187,9 +215,10 @@ void moe_ffn_backward(BlockRun& r, LayerActivations& l) {
   } else {
     k.moe_grouped_linear_backward(s.moe_dh, r.G(p.experts_down_w), s.moe_drows, l.moe_h,
                                   r.P(p.experts_down_w), l.moe_offsets, e, f, c);
-    k.swiglu_backward(s.moe_dgate_up, l.moe_gate_up, s.moe_dh, rows, f);
+    act_backward(k, m.activation, s.moe_dgate_up, l.moe_gate_up, s.moe_dh, rows, f);
     k.moe_grouped_linear_backward(s.moe_drows, r.G(p.experts_gate_up_w), s.moe_dgate_up, l.moe_xs,
-                                  r.P(p.experts_gate_up_w), l.moe_offsets, e, c, 2 * f);
+                                  r.P(p.experts_gate_up_w), l.moe_offsets, e, c,
+                                  m.input_factor() * f);
     k.moe_permute_backward(s.dnorm, s.moe_drows, l.moe_token_row, n, top, c);
     if (sf > 0) {  // the shared experts, into dnorm too
       shared_backward(s.moe_drows);

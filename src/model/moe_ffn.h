@@ -20,6 +20,7 @@
 // (model/expert_parallel.h); the shared experts compute while the rows travel. With tp > 1 the
 // router and experts are replicated over the tp group (expert tensor parallelism is 1).
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -30,8 +31,8 @@ namespace strata {
 
 // What the last forward of one MoE layer saw, on the host: for the trainer's metrics, and for
 // backward (the rows of the dispatch plan).
-// The losses and drops are summed over the forwards since reset() (the micro-batches of a step;
-// a rebuilding forward is not counted); tokens_per_expert is the last forward's.
+// Everything is summed over the forwards since reset() (the micro-batches of a step; a rebuilding
+// forward is not counted): the step's load per expert is what DeepSeek's bias update balances.
 struct MoeLayerStats {
   double aux_loss = 0;                     // the auxiliary loss, times model.moe.aux_loss_coeff
   double z_loss = 0;                       // the router z-loss, times model.moe.z_loss_coeff
@@ -41,6 +42,7 @@ struct MoeLayerStats {
   void reset() {
     aux_loss = z_loss = 0;
     dropped = forwards = 0;
+    std::fill(tokens_per_expert.begin(), tokens_per_expert.end(), 0);
   }
 };
 

@@ -101,6 +101,8 @@ const Field kFields[] = {
     STRATA_FIELD(model.moe, capacity_factor),
     STRATA_FIELD(model.moe, shared_experts),
     STRATA_FIELD(model.moe, shared_ffn),
+    STRATA_FIELD(model.moe, activation),
+    STRATA_FIELD(model.moe, bias_update_rate),
     STRATA_FIELD(train, steps),
     STRATA_FIELD(train, seed),
     STRATA_FIELD(train, batch_size),

@@ -142,6 +142,10 @@ void validate_config(RunConfig& c, const std::string& where) {
     check(c.model.moe.experts % p.ep == 0, where, "parallel.ep = ", p.ep,
           " does not divide model.moe.experts = ", c.model.moe.experts,
           ": each expert-parallel rank holds experts / ep whole experts");
+    check(c.model.moe.bias_update_rate == 0 || c.optim.offload == OptimizerOffload::none, where,
+          "model.moe.bias_update_rate = ", c.model.moe.bias_update_rate,
+          " moves the router biases where the parameters live, which optim.offload = \"",
+          enum_name(c.optim.offload), "\" moves off the model; set optim.offload = \"none\"");
     check(t.precision == Precision::f32, where, moe,
           " trains in f32 only so far: set train.precision = \"f32\"");
     check(c.system.device == Device::cpu, where, moe,

@@ -283,6 +283,9 @@ nlohmann::json config_json(const ModelConfig& c, int64_t eos) {
         c.moe.shared_experts == 0, "export: ", family_name(c.family),
         " in Hugging Face has no shared experts; this model has model.moe.shared_experts = ",
         c.moe.shared_experts);
+    STRATA_CHECK(c.moe.activation == MoeActivation::swiglu, "export: ", family_name(c.family),
+                 " in Hugging Face has SwiGLU experts; this model has model.moe.activation = \"",
+                 enum_name(c.moe.activation), "\"");
     if (c.family == ModelFamily::qwen3_moe) {
       // Softmax top-k, renormalised or not (norm_topk_prob), unscaled; every layer sparse.
       const MoeConfig& m = c.moe;

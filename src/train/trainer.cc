@@ -20,6 +20,7 @@
 #include "io/atomic_file.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/kernels.h"
+#include "kernels/cpu/moe.h"
 #include "launch/heartbeat.h"
 #include "model/decoder.h"
 #include "model/generate.h"
@@ -369,6 +370,7 @@ StepResult Trainer::train_step() {
     const float scale = clip_coefficient(r.grad_norm, config_.optim.grad_clip) / loss_scale;
     optimizer_->step(static_cast<float>(r.lr), scale);
     dp_->after_optimizer_step();
+    update_router_bias(r);
     params.bump_version();  // the 16-bit working weights refresh from the new master values
     if (optimizer_writes_bf16_) model_->bf16_copy_written();
   } else if (!finite && scaler_) {
@@ -441,6 +443,35 @@ std::vector<float> Trainer::global_params() {
 std::vector<float> Trainer::global_grads() {
   const bool sharded = dp_->grads_sharded();
   return to_global(local_full(sharded ? dp_->shard_grads() : model_->params().grads(), sharded));
+}
+
+void Trainer::update_router_bias(const StepResult& r) {
+  const MoeConfig& m = config_.model.moe;
+  if (m.bias_update_rate <= 0) return;
+  const int64_t e = m.experts;
+  const ParamStore& params = model_->params();
+  const std::vector<BlockParams>& blocks = model_->index().blocks;
+  std::vector<float> delta(static_cast<size_t>(e)), bias;
+  for (size_t l = 0; l < blocks.size(); ++l) {
+    const int idx = blocks[l].router_b;
+    if (idx < 0) continue;  // a layer another pipeline stage holds
+    // The step's load over the whole global batch (record_moe), the same on every rank, so
+    // every replica (and ZeRO shard) moves its copy of the bias alike.
+    std::fill(delta.begin(), delta.end(), 0.0f);
+    kernels::moe_update_bias(delta.data(), r.moe_tokens_per_expert[l].data(), e,
+                             m.bias_update_rate);
+    auto add = [&](float* device, int64_t begin, int64_t count) {
+      bias.resize(static_cast<size_t>(count));
+      device_->download(bias.data(), device, count);
+      for (int64_t i = 0; i < count; ++i) bias[i] += delta[begin + i];
+      device_->upload(device, bias.data(), count);
+    };
+    if (!dp_->params_sharded())
+      add(params.param(idx), 0, e);
+    else
+      for (const DataParallel::ShardRun& run : dp_->shard_runs(idx))
+        add(dp_->shard_params() + run.shard_offset, run.begin, run.count);
+  }
 }
 
 void Trainer::record_moe(StepResult& r, int64_t micro_batches) {

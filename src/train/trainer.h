@@ -151,6 +151,9 @@ class Trainer {
   void write_metrics(const StepResult& r, double tokens_per_s, double mfu, double val_loss);
   // The step's MoE statistics, over the micro-batches and the ranks (collective).
   void record_moe(StepResult& r, int64_t micro_batches);
+  // DeepSeek-V3's auxiliary-loss-free balancing after an update (model.moe.bias_update_rate):
+  // each router bias moves towards the step's balance.
+  void update_router_bias(const StepResult& r);
   void sample_at_end();
   bool is_rank0() const { return rank_ == 0; }
   double mean_over_dp(double value);

@@ -53,6 +53,9 @@ std::vector<Family> families() {
   ModelConfig mixtral_shared = mixtral;
   mixtral_shared.moe.shared_experts = 2;
   mixtral_shared.moe.shared_ffn = 12;
+  // GELU experts (Switch / GShard style: fc, GELU, down), with GELU shared experts beside them.
+  ModelConfig mixtral_gelu = mixtral_shared;
+  mixtral_gelu.moe.activation = MoeActivation::gelu;
   // Qwen3-MoE: the per-head q/k norms ahead of the MoE FFN, its weights renormalised
   // (norm_topk_prob) or not. Without the renormalisation, seed 7's weights leave a layer-1 token
   // within a finite-difference step of a tie between two experts (nearly every step reroutes it),
@@ -72,6 +75,7 @@ std::vector<Family> families() {
           {"mixtral_sigmoid", mixtral_sigmoid},
           {"mixtral_top1", mixtral_top1},
           {"mixtral_shared", mixtral_shared, 11},
+          {"mixtral_gelu", mixtral_gelu, 11},
           {"qwen3_moe", qwen3_moe},
           {"qwen3_moe_unnormalized", qwen3_moe_unnormalized, 11}};
 }
@@ -156,7 +160,12 @@ TEST(FamilyGradients, BackwardMatchesFiniteDifferences) {
       EXPECT_GT(m.moe_stats()[0].aux_loss, 0.0) << f.name;
       EXPECT_GT(m.moe_stats()[0].z_loss, 0.0) << f.name;
       EXPECT_EQ(m.moe_stats()[0].dropped > 0, c.moe.capacity_factor > 0) << f.name;
-      EXPECT_GE(p.index_of("layers.1.moe.experts.gate_up.weight"), 0) << f.name;
+      const bool gelu = c.moe.activation == MoeActivation::gelu;
+      EXPECT_GE(p.index_of(gelu ? "layers.1.moe.experts.fc.weight"
+                                : "layers.1.moe.experts.gate_up.weight"),
+                0)
+          << f.name;
+      EXPECT_EQ(p.has("layers.1.moe.router.bias"), c.moe.router_bias()) << f.name;
     }
     if (c.family == ModelFamily::qwen3) {
       EXPECT_GE(p.index_of("layers.1.attn.k_norm.weight"), 0) << "qwen3 registers its head norms";

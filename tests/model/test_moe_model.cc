@@ -57,6 +57,13 @@ TEST(MoeModel, ConfigErrorsNameTheKey) {
   c.moe.experts = 4;  // the dense families take no experts
   EXPECT_NE(finalize_error(c).find("model.moe.experts"), std::string::npos) << finalize_error(c);
   c = mixtral();
+  c.moe.bias_update_rate = 1e-3f;  // softmax gating has no router bias to move
+  EXPECT_NE(finalize_error(c).find("model.moe.bias_update_rate = 0.001 moves the router bias"),
+            std::string::npos)
+      << finalize_error(c);
+  c.moe.gating = kernels::MoeGating::sigmoid_bias;
+  EXPECT_EQ(finalize_error(c), "");
+  c = mixtral();
   c.moe.capacity_factor = -1;
   EXPECT_NE(finalize_error(c).find("model.moe.capacity_factor"), std::string::npos);
   c = mixtral();

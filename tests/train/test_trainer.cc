@@ -145,5 +145,42 @@ TEST(Trainer, MixtralLearnsRealText) {
     for (int64_t x : layer) EXPECT_GT(x, 0) << "an expert without tokens";
 }
 
+// DeepSeek-V3's auxiliary-loss-free balancing: after each step every router bias moves by
+// bias_update_rate * sign(mean load - load) over the step's micro-batches, and only the update
+// moves it (no gradient reaches it); the routing then reads it.
+TEST(Trainer, RouterBiasFollowsTheStepsLoad) {
+  RunConfig c = small_config("mixtral", temp_dir("router_bias") + "/run");
+  c.model.moe.gating = kernels::MoeGating::sigmoid_bias;
+  c.model.moe.bias_update_rate = 0.01f;
+  c.model.moe.aux_loss_coeff = 0;
+  c.train.grad_accum = 2;
+  Trainer t(c);
+  const ParamStore& p = t.model().params();
+  const int64_t e = c.model.moe.experts;
+  std::vector<double> want(static_cast<size_t>(2 * e), 0.0);
+  for (int step = 0; step < 3; ++step) {
+    const StepResult r = t.train_step();
+    ASSERT_EQ(r.moe_tokens_per_expert.size(), 2u);
+    for (int layer = 0; layer < 2; ++layer) {
+      const std::vector<int64_t>& load = r.moe_tokens_per_expert[layer];
+      int64_t total = 0;
+      for (int64_t x : load) total += x;
+      // Both micro-batches' assignments: the step's load.
+      EXPECT_EQ(total, 2 * c.train.batch_size * c.train.seq_len * c.model.moe.top_k);
+      const double mean = static_cast<double>(total) / static_cast<double>(e);
+      const float* bias = p.param(p.index_of(cat("layers.", layer, ".moe.router.bias")));
+      for (int64_t x = 0; x < e; ++x) {
+        double& w = want[static_cast<size_t>(layer * e + x)];
+        w += mean > load[x] ? 0.01 : mean < load[x] ? -0.01 : 0.0;
+        EXPECT_NEAR(bias[x], w, 1e-6)
+            << "step " << step + 1 << " layer " << layer << " expert " << x;
+      }
+    }
+  }
+  double moved = 0;
+  for (double w : want) moved += std::abs(w);
+  EXPECT_GT(moved, 0.0);
+}
+
 }  // namespace
 }  // namespace strata
