@@ -48,8 +48,9 @@ struct ModelParamIndex {
 };
 
 // Registers the parameters of `shard` (local shapes, global names, slices) into `params`.
-// Parameter groups: 0 is the embedding, 1..n_layer the blocks, n_layer + 1 the final norm and
-// head. Registration order inside a group is the storage order: q|k|v weights (and biases) and
+// Parameter groups (model/block.h): 0 is the embedding, 1..n_layer the blocks, n_layer + 1 the
+// final norm and head, and for MoE models n_layer + 2 + L layer L's experts (laid out first).
+// Registration order inside a group is the storage order: q|k|v weights (and biases) and
 // gate|up are adjacent, so one GEMM computes each fused projection.
 ModelParamIndex register_model_params(const ModelConfig& config, const ModelShard& shard,
                                       ParamStore& params);

@@ -137,6 +137,7 @@ struct TimeKey {
 constexpr TimeKey kTimeKeys[] = {{"compute_s", "compute"},
                                  {"data_s", "data"},
                                  {"tp_comm_s", "tp comm (exposed)"},
+                                 {"ep_comm_s", "ep comm (exposed)"},
                                  {"comm_exposed_s", "dp comm (exposed)"},
                                  {"bubble_s", "pipeline bubble"},
                                  {"optimizer_s", "optimizer"},

@@ -348,6 +348,10 @@ StepResult Trainer::train_step() {
     r.tp_comm_s = groups_->tp().stats().total_wait_seconds();
     r.compute_s = std::max(0.0, r.compute_s - r.tp_comm_s);
   }
+  if (groups_->layout().ep > 1) {  // the MoE token exchange, waited inside forward and backward
+    r.ep_comm_s = groups_->ep().stats().total_wait_seconds();
+    r.compute_s = std::max(0.0, r.compute_s - r.ep_comm_s);
+  }
   auto tick = Clock::now();
   dp_->finish_gradients();
   if (mp_) mp_->finish_gradients();
@@ -567,15 +571,18 @@ void Trainer::write_metrics(const StepResult& r, double tokens_per_s, double mfu
   j["tokens_per_s"] = tokens_per_s;
   j["mfu"] = mfu;
   j["step_ms"] = 1e3 * r.seconds;
-  j["time"] = {{"data_s", r.data_s},
-               {"compute_s", r.compute_s},
-               {"comm_exposed_s", r.comm_exposed_s},
-               {"optimizer_s", r.optimizer_s},
-               {"tp_comm_s", r.tp_comm_s},
-               {"bubble_s", r.bubble_s},
-               {"other_s", std::max(0.0, r.seconds - r.data_s - r.compute_s - r.comm_exposed_s -
-                                             r.optimizer_s - r.bubble_s - r.tp_comm_s)}};
-  j["comm_share"] = r.seconds > 0 ? (r.comm_exposed_s + r.tp_comm_s) / r.seconds : 0.0;
+  j["time"] = {
+      {"data_s", r.data_s},
+      {"compute_s", r.compute_s},
+      {"comm_exposed_s", r.comm_exposed_s},
+      {"optimizer_s", r.optimizer_s},
+      {"tp_comm_s", r.tp_comm_s},
+      {"ep_comm_s", r.ep_comm_s},
+      {"bubble_s", r.bubble_s},
+      {"other_s", std::max(0.0, r.seconds - r.data_s - r.compute_s - r.comm_exposed_s -
+                                    r.optimizer_s - r.bubble_s - r.tp_comm_s - r.ep_comm_s)}};
+  j["comm_share"] =
+      r.seconds > 0 ? (r.comm_exposed_s + r.tp_comm_s + r.ep_comm_s) / r.seconds : 0.0;
   if (pipe_)
     j["pipeline"] = {{"bubble_fraction", r.bubble_fraction},
                      {"bubble_formula", r.bubble_formula},

@@ -50,6 +50,7 @@ struct StepResult {
   // Tensor-parallel collectives sit inside forward and backward and are waited for at once:
   // their wait is taken out of compute_s and reported here (exposed communication).
   double tp_comm_s = 0;
+  double ep_comm_s = 0;  // exposed waits of the MoE token exchange (ep > 1)
   // MoE families (model/moe_ffn.h), this rank's: the balancing losses (each times its
   // coefficient, summed over layers, mean over micro-batches; not part of `loss`), assignments
   // dropped over capacity (summed over layers and micro-batches), and the last micro-batch's

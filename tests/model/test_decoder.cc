@@ -76,8 +76,19 @@ TEST_P(DecoderFamilies, FusedProjectionsAreAdjacentAndGroupsInBackwardOrder) {
                 off(l + "mlp.gate.weight") + numel(l + "mlp.gate.weight"));
     }
   }
-  // Backward finishes the final norm first, then layer 1, layer 0, and the embedding last.
-  EXPECT_EQ(off("final_norm.weight"), 0);
+  // Backward finishes the final norm first, then layer 1, layer 0, and the embedding last. An
+  // MoE model's experts are groups of their own (reduced over another group), laid out ahead of
+  // all the others, the last layer's first.
+  const bool moe = tiny(GetParam()).moe.enabled();
+  int64_t experts = 0;
+  if (moe) {
+    for (const std::string l : {"layers.1.", "layers.0."})
+      for (const std::string w : {"moe.experts.gate_up.weight", "moe.experts.down.weight"}) {
+        EXPECT_EQ(off(l + w), experts) << l + w;
+        experts += numel(l + w);
+      }
+  }
+  EXPECT_EQ(off("final_norm.weight"), experts);
   EXPECT_LT(off("layers.1.attn_norm.weight"), off("layers.0.attn_norm.weight"));
   EXPECT_LT(off("layers.0.mlp_norm.weight"), off("embed.weight"));
 }
