@@ -168,9 +168,20 @@ struct StageWork {
 
 }  // namespace
 
-StepEstimate estimate_step(const RunConfig& config, int64_t world, const ClusterProfile& cluster,
+StepEstimate estimate_step(const RunConfig& config, int64_t world, const ClusterProfile& profile,
                            bool explain) {
   StepEstimate e;
+  // A CPU profile of one machine (max_nodes 1, --calibrate's) runs every rank there, more ranks
+  // than cores sharing them (mpirun --oversubscribe): one node of `world` ranks. Otherwise extra
+  // ranks fill more nodes.
+  const bool one_machine =
+      profile.device.is_cpu() && profile.max_nodes == 1 && world > profile.gpus_per_node;
+  ClusterProfile oversubscribed;
+  if (one_machine) {
+    oversubscribed = profile;
+    oversubscribed.gpus_per_node = world;
+  }
+  const ClusterProfile& cluster = one_machine ? oversubscribed : profile;
   // The plan the ranks of this job would resolve: its layout (dp derived), micro-batches and
   // model. A layout that does not fit the ranks asked for is refused, saying what would.
   RunPlan plan;

@@ -118,6 +118,27 @@ TEST(PerfModel, ExpertParallelExchange) {
   EXPECT_TRUE(explained);
 }
 
+// More ranks than cores on one machine (mpirun --oversubscribe, a calibrated profile of max_nodes
+// 1): they share its cores on one node, not a second node of the same machine.
+TEST(PerfModel, OversubscribedRanksShareTheMachinesCores) {
+  ClusterProfile box = load_cluster_profile("cpu-local");
+  box.device.cores = 2;
+  box.gpus_per_node = 2;
+  box.max_nodes = 1;
+  box.device.available_cores = 0;
+  const StepEstimate two = estimate_step(small_moe({"system.threads=1", "parallel.ep=2"}), 2, box);
+  const StepEstimate four =
+      estimate_step(small_moe({"system.threads=1", "parallel.ep=2", "train.batch_size=1"}), 4, box);
+  bool placed = false, shared = false;
+  for (const std::string& line : four.explain) {
+    placed |= line.find("= 4 ranks on 1 node(s) of 4") != std::string::npos;
+    shared |= line.find("0.50 cores (threads 1, 4 rank(s) on 2 cores") != std::string::npos;
+  }
+  EXPECT_TRUE(placed && shared);
+  // Half the rows per rank at half a core each: about the time of two ranks with a core each.
+  EXPECT_NEAR(four.compute_s / two.compute_s, 1.0, 0.1);
+}
+
 // The MoE FFN is replicated over tp: without sp every tp rank runs it on all rows (redundant
 // work), with sp on its own 1/tp of them; only the attention half of an MoE layer has tp
 // collectives; under sp the experts' gradients are summed over tp after backward.
