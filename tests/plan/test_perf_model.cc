@@ -441,8 +441,9 @@ TEST(PerfModel, PublishedRuns) {
                     e.mfu / r.mfu, e.step_s, 100 * e.mfu, r.source.c_str());
     }
     md += line;
-    // The two runs of Narayanan et al. 2021 (the brief's acceptance): within 25%.
-    if (r.run.find("Megatron-LM") != std::string::npos) {
+    // The two runs of Narayanan et al. 2021 (the brief's acceptance) and Megatron-Core's Mixtral
+    // 8x7B (issue 21): within 25%.
+    if (r.run.find("Megatron-LM") != std::string::npos || r.moe) {
       EXPECT_NEAR(tflops / r.tflops, 1.0, 0.25) << r.run;
       for (const std::string& x : e.explain) std::printf("    %s\n", x.c_str());
     }
