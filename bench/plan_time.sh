@@ -61,6 +61,14 @@ CASES=(
   "llama tiny, flash, 1 rank x 2 threads|1|configs/llama-tiny.toml|system.threads=2 train.batch_size=4 model.attention=flash"
   "llama tiny, tp 2 sp bf16|2|configs/llama-tiny.toml|system.threads=1 train.batch_size=4 parallel.tp=2 parallel.sp=true train.precision=bf16"
   "gpt2 8L C512, pp 2 interleaved v2, 4 micro-batches|2|configs/oom-demo.toml|system.threads=1 system.memory_limit_mb=0 train.batch_size=2 parallel.pp=2 parallel.vpp=2 parallel.schedule=interleaved train.grad_accum=4"
+  # Mixture of Experts (configs/mixtral-tiny.toml: 8 experts, top 2): one process, then the
+  # experts split over ep ranks and the tokens exchanged by all-to-all.
+  "mixtral tiny, 1 rank x 2 threads|1|configs/mixtral-tiny.toml|system.threads=2 train.batch_size=4"
+  "mixtral tiny, 1 rank x 1 thread|1|configs/mixtral-tiny.toml|system.threads=1 train.batch_size=4"
+  "mixtral tiny, dp 2 ep 1|2|configs/mixtral-tiny.toml|system.threads=1 train.batch_size=4"
+  "mixtral tiny, dp 2 = ep 2|2|configs/mixtral-tiny.toml|system.threads=1 train.batch_size=4 parallel.ep=2"
+  "mixtral tiny, dp 4 = ep 4 (4 ranks on 2 cores)|4|configs/mixtral-tiny.toml|system.threads=1 train.batch_size=2 parallel.ep=4"
+  "mixtral tiny, dp 4, ep 2 (4 ranks on 2 cores)|4|configs/mixtral-tiny.toml|system.threads=1 train.batch_size=2 parallel.ep=2"
 )
 
 # Median step_ms of steps 3.. of a run directory.

@@ -488,6 +488,7 @@ CommMeasurement measure_collectives(Comm& comm, bool quick) {
     for (int64_t bytes : sizes) {
       const int64_t count = bytes / 4;
       const int64_t block = std::max<int64_t>(1, count / n);
+      const std::vector<int64_t> blocks(static_cast<size_t>(n), block);  // all_to_all's counts
       auto once = [&] {
         switch (static_cast<CollectiveOp>(op)) {
           case CollectiveOp::all_reduce:
@@ -498,6 +499,9 @@ CommMeasurement measure_collectives(Comm& comm, bool quick) {
             break;
           case CollectiveOp::all_gather:
             comm.all_gather(a.data(), b.data(), block, DType::f32)->wait();
+            break;
+          case CollectiveOp::all_to_all:  // a block to every rank, as expert parallelism sends
+            comm.all_to_all_v(a.data(), blocks.data(), b.data(), blocks.data(), DType::f32)->wait();
             break;
           case CollectiveOp::send:  // ping-pong between ranks 0 and 1; one way = half
             if (rank == 0) {
@@ -525,7 +529,7 @@ CommMeasurement measure_collectives(Comm& comm, bool quick) {
       double t = median(std::vector<double>(times.begin(), times.end()));
       if (static_cast<CollectiveOp>(op) == CollectiveOp::send) t *= 0.5;
       // The size the ring formulas take: the whole buffer (reduce-scatter's input, all-gather's
-      // output), as collectives.h defines.
+      // output, all-to-all's send buffer), as collectives.h defines.
       const double whole = static_cast<CollectiveOp>(op) == CollectiveOp::all_reduce ||
                                    static_cast<CollectiveOp>(op) == CollectiveOp::send
                                ? static_cast<double>(count * 4)

@@ -29,6 +29,8 @@ const char* collective_name(CollectiveOp op) {
       return "all_gather";
     case CollectiveOp::send:
       return "send";
+    case CollectiveOp::all_to_all:
+      return "all_to_all";
   }
   return "?";
 }
@@ -210,7 +212,7 @@ DeviceProfile parse_device(const toml::table& t, const std::string& source,
 LinkProfile parse_link(const toml::table& t, const std::string& source, const std::string& prefix) {
   const Section s(t, source, prefix);
   s.check_keys({"kind", "bandwidth_gb_s", "latency_us", "efficiency", "overlap", "all_reduce",
-                "reduce_scatter", "all_gather", "send"});
+                "reduce_scatter", "all_gather", "send", "all_to_all"});
   LinkProfile l;
   l.kind = s.string("kind", "", true);
   l.bandwidth = s.number("bandwidth_gb_s", 0, true) * 1e9;

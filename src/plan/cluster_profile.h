@@ -67,8 +67,16 @@ struct OpCost {
   double latency_s = -1;  // < 0: use the link's latency
 };
 
-enum class CollectiveOp { all_reduce = 0, reduce_scatter = 1, all_gather = 2, send = 3 };
-constexpr int kNumCollectiveOps = 4;
+// all_to_all: the variable-size exchange of expert parallelism (Comm::all_to_all_v), each rank
+// sending an equal block to every rank of the group.
+enum class CollectiveOp {
+  all_reduce = 0,
+  reduce_scatter = 1,
+  all_gather = 2,
+  send = 3,
+  all_to_all = 4
+};
+constexpr int kNumCollectiveOps = 5;
 const char* collective_name(CollectiveOp op);  // "all_reduce", "reduce_scatter", ...
 
 // One tier of the interconnect: bandwidth per GPU in one direction, and the latency of a message.

@@ -34,6 +34,15 @@ double send_s(double bytes, double bw, double alpha) {
   return bytes / bw + alpha;
 }
 
+double all_to_all_s(int64_t n, int64_t k, double bytes, double bw_intra, double bw_inter,
+                    double alpha) {
+  if (n <= 1) return 0;
+  const double nn = static_cast<double>(n), kk = static_cast<double>(std::clamp<int64_t>(k, 1, n));
+  const double local = (kk - 1) / nn * bytes / bw_intra;
+  const double remote = kk < nn ? (nn - kk) / nn * bytes / bw_inter : 0.0;
+  return std::max(local, remote) + (nn - 1) * alpha;
+}
+
 CollectiveCost collective_cost(CollectiveOp op, double bytes, int64_t ranks, int64_t stride,
                                const ClusterProfile& cluster) {
   CollectiveCost c;
@@ -52,6 +61,17 @@ CollectiveCost collective_cost(CollectiveOp op, double bytes, int64_t ranks, int
   const GroupPlacement g = place_group(ranks, stride, cluster.gpus_per_node);
   const int64_t n = g.ranks;
   c.inter_node = g.spans_nodes();
+  if (op == CollectiveOp::all_to_all) {
+    // Every rank sends a block to every other at once (NCCL's grouped sends, MPI's pairwise
+    // exchange): the intra-node share on the node's link, the rest on this rank's network card.
+    const double intra = cluster.intra.op_bandwidth(op);
+    const double inter = c.inter_node ? cluster.inter.op_bandwidth(op) : intra;
+    c.bandwidth = c.inter_node ? inter : intra;
+    c.latency_s = c.inter_node ? cluster.inter.op_latency(op) : cluster.intra.op_latency(op);
+    c.seconds = all_to_all_s(n, g.ranks_per_node, bytes, intra, inter, c.latency_s);
+    c.algorithm = "pairwise";
+    return c;
+  }
   if (!c.inter_node) {
     c.bandwidth = cluster.intra.op_bandwidth(op);
     c.latency_s = cluster.intra.op_latency(op);

@@ -1,14 +1,17 @@
 // The alpha-beta cost of collectives over a cluster's tiers, as NCCL runs them: ring and
 // (double binary) tree all-reduce, ring (or PAT) reduce-scatter and all-gather, point-to-point
-// send, whichever is faster. `bytes` is the whole buffer: all_reduce's buffer, reduce_scatter's
-// input (all n blocks), all_gather's output (all n blocks), the message of a send.
+// send, pairwise all-to-all, whichever is faster. `bytes` is the whole buffer: all_reduce's
+// buffer, reduce_scatter's input (all n blocks), all_gather's output (all n blocks), the message
+// of a send, all_to_all's send buffer of one rank (all n blocks, its own included).
 //
 // Placement: ranks are numbered Megatron's way (tp fastest, then dp, then pp; comm/layout.h), so a
 // group is n ranks at a fixed world-rank stride (tp: 1, dp: tp, pp: tp * dp). With G GPUs per
 // node, k = min(n, G / stride) of its ranks share a node (1 when stride >= G). A group on one node
 // uses the intra-node link. A group across nodes is a hierarchical ring: every step crosses the
 // network, each node's k ranks share their k network cards, so the bus bandwidth is
-// min(intra, k * inter) per rank, and a step costs the network latency.
+// min(intra, k * inter) per rank, and a step costs the network latency. An all-to-all is not a
+// ring: each rank sends (k - 1)/n of its buffer to the ranks of its node over the intra-node link
+// and (n - k)/n to the others through its own network card, both at once.
 #pragma once
 #include <cstdint>
 
@@ -37,10 +40,15 @@ struct CollectiveCost {
 //   tree all-reduce       2 * bytes/bw + 2 * steps * alpha  (steps: the tree's depth in hops)
 //   ring reduce-scatter / all-gather  (n-1)/n * bytes/bw + (n-1) * alpha
 //   send                  bytes/bw + alpha
+//   pairwise all-to-all   max((k-1)/n * bytes/bw_intra, (n-k)/n * bytes/bw_inter) + (n-1) * alpha
+//                         (k of the n ranks on each node; one node, k = n: the ring formula of
+//                         reduce-scatter)
 double ring_all_reduce_s(int64_t n, double bytes, double bw, double alpha);
 double tree_all_reduce_s(double steps, double bytes, double bw, double alpha);
 double ring_gather_s(int64_t n, double bytes, double bw, double alpha);
 double send_s(double bytes, double bw, double alpha);
+double all_to_all_s(int64_t n, int64_t k, double bytes, double bw_intra, double bw_inter,
+                    double alpha);
 
 // The faster algorithm for `op` over a group of `ranks` at `stride` on `cluster`.
 CollectiveCost collective_cost(CollectiveOp op, double bytes, int64_t ranks, int64_t stride,

@@ -23,12 +23,20 @@ std::vector<int64_t> powers_of_two_up_to(int64_t limit) {
 // checked without exceptions: the search builds thousands of candidates).
 bool splits(const ModelConfig& m, int64_t tp, int64_t pp, int64_t vpp, bool sp, int64_t rows) {
   const int64_t kv = m.kv_heads();
-  // The MoE FFN runs whole in each data-parallel rank so far (run/config_validate.cc).
-  if (m.moe.enabled() && (tp > 1 || pp > 1)) return false;
   if (m.n_head % tp != 0 || (kv % tp != 0 && tp % kv != 0)) return false;
   if (m.d_ff % tp != 0 || m.vocab_size % tp != 0) return false;
   if (sp && rows % tp != 0) return false;
   return pp * vpp <= m.n_layer;
+}
+
+// Expert-parallel sizes for dp data-parallel ranks: the divisors of dp that divide the experts
+// (comm/layout.h: ep is carved out of dp); 1 for a dense model.
+std::vector<int64_t> expert_parallel_sizes(const ModelConfig& m, int64_t dp) {
+  std::vector<int64_t> out = {1};
+  if (!m.moe.enabled()) return out;
+  for (int64_t ep = 2; ep <= dp; ++ep)
+    if (dp % ep == 0 && m.moe.experts % ep == 0) out.push_back(ep);
+  return out;
 }
 
 bool better(const PlannedLayout& a, const PlannedLayout& b) {
@@ -42,6 +50,7 @@ std::string PlannedLayout::describe() const {
   const ParallelConfig& p = config.parallel;
   const int64_t dp = data_parallel_size(p, world);
   std::string s = cat("tp ", p.tp, " pp ", p.pp, " dp ", dp);
+  if (p.ep > 1) s += cat(" ep ", p.ep);
   if (p.vpp > 1) s += cat(" vpp ", p.vpp);
   if (p.sp) s += " sp";
   s += cat(" zero ", p.zero, ", micro-batch ", config.train.batch_size, " x ",
@@ -99,6 +108,35 @@ SearchResult search_layouts(const RunConfig& base, const ClusterProfile& cluster
   MemoryModelOptions quiet = memory_options(&cluster);
   quiet.explain = false;  // the arithmetic is written again for the layouts kept
   std::vector<PlannedLayout> fitting, closest;
+  // Memory first; a candidate that fits gets a step time. Only the best `top` are kept (and, while
+  // nothing fits, the smallest footprints for the report).
+  auto consider = [&](RunConfig c) {
+    ++result.enumerated;
+    PlannedLayout l;
+    l.world = gpus;
+    l.capacity = capacity;
+    l.memory = estimate_memory(c, gpus, quiet);
+    if (l.memory.total > capacity) {
+      if (fitting.empty()) {
+        l.config = std::move(c);
+        closest.push_back(std::move(l));
+        if (closest.size() > 4 * static_cast<size_t>(options.top)) {
+          std::sort(closest.begin(), closest.end(),
+                    [](const auto& x, const auto& y) { return x.memory.total < y.memory.total; });
+          closest.resize(options.top);
+        }
+      }
+      return;
+    }
+    l.step = estimate_step(c, gpus, cluster, /*explain=*/false);
+    l.config = std::move(c);
+    ++result.fitting;
+    fitting.push_back(std::move(l));
+    if (fitting.size() > 4 * static_cast<size_t>(options.top)) {
+      std::sort(fitting.begin(), fitting.end(), better);
+      fitting.resize(options.top);
+    }
+  };
   for (int64_t tp : powers_of_two_up_to(max_tp)) {
     for (int64_t pp = 1; pp <= std::min(m.n_layer, gpus / tp); ++pp) {
       if (gpus % (tp * pp) != 0) continue;
@@ -118,48 +156,25 @@ SearchResult search_layouts(const RunConfig& base, const ClusterProfile& cluster
             if (!splits(m, tp, pp, vpp, sp != 0, mb * seq)) continue;
             for (int64_t zero = 0; zero <= (pp > 1 ? 1 : 3); ++zero) {
               if (dp == 1 && zero > 0) continue;  // nothing to shard over
-              for (const Recompute recompute : recompute_modes) {
-                RunConfig c = base;
-                ParallelConfig& p = c.parallel;
-                p.tp = tp;
-                p.pp = pp;
-                p.dp = dp;
-                p.vpp = vpp;
-                p.sp = sp != 0;
-                p.zero = zero;
-                p.schedule = vpp > 1 ? ScheduleKind::interleaved : ScheduleKind::one_f_one_b;
-                p.micro_batches = 0;
-                p.stage_layers.clear();
-                c.train.batch_size = mb;
-                c.train.grad_accum = micro;
-                c.train.recompute = recompute;
-                c.train.recompute_layers = 0;
-                ++result.enumerated;
-                PlannedLayout l;
-                l.world = gpus;
-                l.capacity = capacity;
-                l.memory = estimate_memory(c, gpus, quiet);
-                if (l.memory.total > capacity) {
-                  // Kept for the report only when nothing fits: the smallest footprints.
-                  if (fitting.empty()) {
-                    l.config = std::move(c);
-                    closest.push_back(std::move(l));
-                    if (closest.size() > 4 * static_cast<size_t>(options.top)) {
-                      std::sort(closest.begin(), closest.end(), [](const auto& a, const auto& b) {
-                        return a.memory.total < b.memory.total;
-                      });
-                      closest.resize(options.top);
-                    }
-                  }
-                  continue;
-                }
-                l.step = estimate_step(c, gpus, cluster, /*explain=*/false);
-                l.config = std::move(c);
-                ++result.fitting;
-                fitting.push_back(std::move(l));
-                if (fitting.size() > 4 * static_cast<size_t>(options.top)) {
-                  std::sort(fitting.begin(), fitting.end(), better);
-                  fitting.resize(options.top);
+              for (const int64_t ep : expert_parallel_sizes(m, dp)) {
+                for (const Recompute recompute : recompute_modes) {
+                  RunConfig c = base;
+                  ParallelConfig& p = c.parallel;
+                  p.tp = tp;
+                  p.pp = pp;
+                  p.dp = dp;
+                  p.ep = ep;
+                  p.vpp = vpp;
+                  p.sp = sp != 0;
+                  p.zero = zero;
+                  p.schedule = vpp > 1 ? ScheduleKind::interleaved : ScheduleKind::one_f_one_b;
+                  p.micro_batches = 0;
+                  p.stage_layers.clear();
+                  c.train.batch_size = mb;
+                  c.train.grad_accum = micro;
+                  c.train.recompute = recompute;
+                  c.train.recompute_layers = 0;
+                  consider(std::move(c));
                 }
               }
             }

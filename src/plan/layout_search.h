@@ -1,6 +1,7 @@
 // Layout search: every layout of a model on N GPUs (tp, pp, dp, vpp, sequence parallelism, ZeRO
-// stage, micro-batch size, recomputation) that strata can run, evaluated with the memory and
-// performance models; those that fit the device memory are ranked by predicted throughput.
+// stage, expert parallelism for MoE models, micro-batch size, recomputation) that strata can run,
+// evaluated with the memory and performance models; those that fit the device memory are ranked by
+// predicted throughput.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -20,7 +21,7 @@ struct PlannedLayout {
   StepEstimate step;
   int64_t capacity = 0;  // bytes one rank may hold
   bool fits() const { return memory.total <= capacity; }
-  std::string describe() const;  // "tp 8 pp 4 dp 1 vpp 1 zero 1 mb 1 x 64 recompute full"
+  std::string describe() const;  // "tp 8 pp 4 dp 2 ep 2 zero 1, micro-batch 1 x 64, ..."
 };
 
 struct SearchOptions {

@@ -148,15 +148,16 @@ std::vector<int> pipeline_slots(ScheduleKind kind, int pp, int m, int vpp, int p
 }
 
 // What register_model_params gives a shard, read from a one-layer probe: the embedding group,
-// one block (every block of a shard holds the same parameters) and the final group; and the
-// elements ModelParallel packs (gradients summed over tp) and the tied embedding's copy.
+// one block (every block of a shard holds the same parameters), that block's experts (an MoE
+// layer's group of its own, model/block.h) and the final group; and the elements ModelParallel
+// packs (gradients summed over tp) and the tied embedding's copy.
 struct ProbeGroup {
   int64_t elements = 0;
   int64_t tp_summed = 0;  // slice.sum_grads && replicated: summed over the whole tp group
   int64_t kv_summed = 0;  // slice.sum_grads && !replicated: a kv head shared by a subset
 };
 struct Probe {
-  ProbeGroup embedding, block, head;
+  ProbeGroup embedding, block, experts, head;
   int64_t tied_numel = 0;  // numel of the tied embedding ModelParallel keeps a peer copy of
 };
 
@@ -171,8 +172,12 @@ Probe probe_params(const ModelConfig& mc, const ModelShard& shard) {
   ParamStore store;
   const ModelParamIndex index = register_model_params(one, s, store);
   Probe probe;
+  const int block = layer_group(0), experts = expert_group(one, 0);
   for (const ParamInfo& p : store.all()) {
-    ProbeGroup& g = p.group == 0 ? probe.embedding : p.group == 1 ? probe.block : probe.head;
+    ProbeGroup& g = p.group == 0         ? probe.embedding
+                    : p.group == block   ? probe.block
+                    : p.group == experts ? probe.experts
+                                         : probe.head;
     g.elements += p.numel;
     if (p.slice.sum_grads) (p.slice.replicated ? g.tp_summed : g.kv_summed) += p.numel;
   }
@@ -249,19 +254,38 @@ MemoryEstimate estimate_stage(const Run& r, int pp_rank, bool explain) {
   };
 
   // ---- parameters and gradients (ParamStore, DataParallel::plan/setup) ------------------------
-  std::vector<int64_t> groups(static_cast<size_t>(mc.n_layer) + 2, 0);
+  // ParamStore's groups (model/block.h): the embedding 0, layer L's parameters L + 1, the final
+  // group n_layer + 1, and an MoE layer's experts n_layer + 2 + L, which DataParallel buckets
+  // apart and reduces and shards over the expert-data-parallel group (dp / ep ranks).
+  const bool moe = probe.experts.elements > 0;
+  const int edp = layout.edp();
+  const size_t num_groups = static_cast<size_t>(mc.n_layer) + 2 + (moe ? mc.n_layer : 0);
+  std::vector<int64_t> groups(num_groups, 0);
+  std::vector<char> expert_groups(moe ? num_groups : 0, 0);
   int64_t held_layers = 0;
   if (shard.has_embedding) groups[0] = probe.embedding.elements;
   for (const LayerRange& range : shard.chunks) {
-    for (int64_t l = range.begin; l < range.end; ++l) groups[l + 1] = probe.block.elements;
+    for (int64_t l = range.begin; l < range.end; ++l) {
+      groups[static_cast<size_t>(layer_group(l))] = probe.block.elements;
+      if (!moe) continue;
+      const size_t eg = static_cast<size_t>(expert_group(mc, l));
+      groups[eg] = probe.experts.elements;
+      expert_groups[eg] = 1;
+    }
     held_layers += range.size();
   }
-  if (shard.has_head) groups.back() = probe.head.elements;
+  if (shard.has_head) groups[static_cast<size_t>(mc.n_layer) + 1] = probe.head.elements;
   int64_t unpadded = 0;
   for (int64_t g : groups) unpadded += g;
   // Every run has a DataParallel (one rank: no padding, no staging, nothing sharded).
-  const DataParallel::Sizes sizes = DataParallel::sizes(groups, r.dp_options.bucket_elements, dp);
+  const DataParallel::Sizes sizes =
+      DataParallel::sizes(groups, r.dp_options.bucket_elements, dp, expert_groups, edp);
   const int64_t flat = sizes.flat;
+  // How the shard divides, for the explanation: "/ dp 4", or with experts "/ dp 4 (experts / edp
+  // 2)".
+  const std::string over_dp = !explain ? std::string()
+                              : moe    ? txt("/ dp ", dp, ", experts / edp ", edp)
+                                       : txt("/ dp ", dp);
   const bool resident_params = zero < 3, resident_grads = zero < 2;
   const int param_category = lowp ? kMaster : kParams;
   const std::string pad = explain && flat > unpadded
@@ -286,10 +310,10 @@ MemoryEstimate estimate_stage(const Run& r, int pp_rank, bool explain) {
     const MemBytes dp_bytes = DataParallel::setup_bytes(r.dp_options, dp, sizes);
     for (int c = 0; c < kNumMemCategories; ++c) add(c, dp_bytes[c]);
     if (dp_bytes[kParams] > 0)
-      note(kParams, "ZeRO-3 parameter shard ", N{sizes.shard}, " (", N{flat}, " / dp ", dp,
+      note(kParams, "ZeRO-3 parameter shard ", N{sizes.shard}, " (", N{flat}, " ", over_dp,
            ") x 4 B = ", B{dp_bytes[kParams]});
     if (dp_bytes[kGrads] > 0)
-      note(kGrads, "ZeRO-", zero, " gradient shard ", N{sizes.shard}, " (", N{flat}, " / dp ", dp,
+      note(kGrads, "ZeRO-", zero, " gradient shard ", N{sizes.shard}, " (", N{flat}, " ", over_dp,
            ") x 4 B = ", B{dp_bytes[kGrads]});
     if (dp_bytes[kComm] > 0)
       note(kComm, "data-parallel staging (ZeRO-", zero, ", ", sizes.buckets, " buckets, largest ",
@@ -301,7 +325,7 @@ MemoryEstimate estimate_stage(const Run& r, int pp_rank, bool explain) {
   const int64_t state = zero >= 1 ? sizes.shard : flat;
   const std::string state_text =
       !explain    ? std::string()
-      : zero >= 1 ? txt(N{state}, " params (", N{flat}, " / dp ", dp, ", ZeRO-", zero, ")")
+      : zero >= 1 ? txt(N{state}, " params (", N{flat}, " ", over_dp, ", ZeRO-", zero, ")")
                   : txt(N{state}, " params");
   if (r.plan.optimizer_offload == OptimizerOffload::nvme) {
     OffloadOptions o;
@@ -351,6 +375,24 @@ MemoryEstimate estimate_stage(const Run& r, int pp_rank, bool explain) {
     stores += slots[c];
   }
   e.micro_batches_in_flight = *std::max_element(slots.begin(), slots.end());
+  if (moe && layout.ep > 1) {
+    // model/activations.h's moe_expert_rows: ExpertParallel preallocates for the most rows the
+    // exchange can bring, not for the balanced average.
+    const int64_t rows = shard.local_rows(r.tokens), k = mc.moe.top_k;
+    const int64_t worst = moe_expert_rows(mc, shard, rows), capacity = mc.moe.capacity(rows);
+    e.notes.push_back(txt("MoE with ep ", layout.ep,
+                          ": each layer's expert buffers (activations and backward "
+                          "scratch) are sized for ",
+                          N{worst},
+                          " rows per micro-batch, the worst-case routing (every "
+                          "rank of the ep group sends all its tokens' choices to this rank's ",
+                          shard.experts(mc), " experts",
+                          capacity > 0 ? txt(", at most ", capacity,
+                                             " rows per expert and source rank (capacity "
+                                             "factor)")
+                                       : std::string(),
+                          "); balanced routing brings ", N{rows * k}));
+  }
   e.activation_bytes_per_layer =
       layer_bytes(mc, shard, r.recompute.for_layer(0), MemCategory::activations, batch, seq_len,
                   r.precision)[kActivations];
@@ -402,11 +444,13 @@ MemoryEstimate estimate_stage(const Run& r, int pp_rank, bool explain) {
 
   // ---- model parallelism (ModelParallel) and the pipeline executor ----------------------------
   if (sharded_model) {
+    // (An MoE layer's experts are replicated over tp: under sp their gradients are partial sums
+    // over this rank's rows, summed over the tp group.)
     const int64_t tp_summed = (shard.has_embedding ? probe.embedding.tp_summed : 0) +
-                              held_layers * probe.block.tp_summed +
+                              held_layers * (probe.block.tp_summed + probe.experts.tp_summed) +
                               (shard.has_head ? probe.head.tp_summed : 0);
     const int64_t kv_summed = (shard.has_embedding ? probe.embedding.kv_summed : 0) +
-                              held_layers * probe.block.kv_summed +
+                              held_layers * (probe.block.kv_summed + probe.experts.kv_summed) +
                               (shard.has_head ? probe.head.kv_summed : 0);
     const int64_t pack = std::max(tp_summed, kv_summed);
     if (pack > 0) {
@@ -446,7 +490,8 @@ MemoryEstimate estimate_stage(const Run& r, int pp_rank, bool explain) {
       e.explain.push_back(line);
     }
     e.explain.push_back(txt("total: ", B{e.total}, " (pipeline stage ", pp_rank, " of ", pp,
-                            ", tp ", tp, " dp ", dp, ")"));
+                            ", tp ", tp, " dp ", dp, layout.ep > 1 ? txt(" ep ", layout.ep) : "",
+                            ")"));
   }
   return e;
 }

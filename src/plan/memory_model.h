@@ -22,6 +22,9 @@ struct MemoryEstimate {
   int64_t activation_bytes_per_layer = 0;          // what one layer keeps for one micro-batch
   int64_t micro_batches_in_flight = 0;             // activation sets the schedule holds at once
   std::vector<std::string> explain;                // the arithmetic, one line per category
+  // Assumptions the numbers rest on that a reader must know (always filled, also without the
+  // explanation): MoE with ep > 1 sizes the experts' buffers for the worst-case routing.
+  std::vector<std::string> notes;
   int64_t category(MemCategory c) const { return bytes[static_cast<int>(c)]; }
 };
 

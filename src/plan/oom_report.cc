@@ -55,13 +55,17 @@ std::string explain_oom(const PlannedLayout& given, const SearchResult& alternat
   for (MemCategory c :
        {MemCategory::params, MemCategory::grads, MemCategory::master, MemCategory::optimizer})
     model_states += m.category(c);
+  const bool moe = given.config.model.moe.enabled();
   for (const auto& [bytes, c] : by_size) {
     const double share = 100.0 * static_cast<double>(bytes) / static_cast<double>(m.total);
     char pct[16];
     std::snprintf(pct, sizeof pct, "%.0f%%", share);
+    // A Mixture-of-Experts model's model states are mostly experts, which parallel.ep splits.
+    const bool state = c == MemCategory::params || c == MemCategory::grads ||
+                       c == MemCategory::master || c == MemCategory::optimizer;
     out += cat("  ", mem_category_name(c), ": ", format_bytes(bytes), " (", pct, " of the total",
                bytes > given.capacity ? ", alone more than the device holds" : "", "): ", remedy(c),
-               "\n");
+               moe && state ? "; or split the experts (parallel.ep)" : "", "\n");
   }
   if (model_states > given.capacity)
     out += cat("  model states (parameters, gradients, master weights, optimizer) alone need ",

@@ -54,11 +54,19 @@ double ms(double s) {
 struct Shapes {
   double b = 0, t = 0, n = 0, ns = 0, c = 0, hd = 0, nh = 0, nkv = 0, q = 0, a = 0, f = 0, F = 0,
          V = 0, max_seq = 0;
-  // MoE (mixtral): f is the width of the top_k experts a token runs through; the router's
-  // columns (experts) and the idle experts' parameters of a layer.
-  double router = 0, idle_params = 0;
-  bool gpt2 = true, flash = false, lowp = false, bf16 = false, cpu = false, tied = true, sp = false;
-  int64_t tp = 1;
+  // MoE (mixtral, qwen3_moe): f is the width a token runs through (its top_k experts and the
+  // shared experts), router the router's columns (experts). The MoE FFN is replicated over tp: it
+  // runs on moe_rows rows of this rank (all n without sp, redundantly on every tp rank; this
+  // rank's n / tp under sp), k rows per token; with ep > 1 its rows travel to the experts' ranks
+  // and back. expert_params: this rank's experts of one layer (experts / ep of them).
+  double router = 0, moe_rows = 0, k = 0, shared = 0, expert_params = 0;
+  // gelu: the MLP (gpt2) or the experts (model.moe.activation) are GELU, with one input
+  // projection of width f; otherwise SwiGLU's gate|up of 2f. in_mats: that projection's factor.
+  bool gelu = true;
+  double in_mats = 1;
+  bool moe = false, gpt2 = true, flash = false, lowp = false, bf16 = false, cpu = false,
+       tied = true, sp = false;
+  int64_t tp = 1, ep = 1;
 };
 
 struct Rates {
@@ -76,7 +84,9 @@ struct LayerWork {
 LayerWork layer_work(const Shapes& s, const Rates& r) {
   using namespace perf;
   LayerWork w;
-  w.gemm_fwd = 2 * s.n * (s.c * s.q + s.a * s.c + s.c * s.F + s.f * s.c + s.c * s.router);
+  const double ffn_rows = s.moe ? s.moe_rows : s.n;  // the rows the MLP or MoE FFN runs on
+  w.gemm_fwd =
+      2 * s.n * (s.c * s.q + s.a * s.c) + 2 * ffn_rows * (s.c * s.F + s.f * s.c + s.c * s.router);
   // S = Q K^T and O = P V over the causal triangle: t(t+1)/2 keys per head and row pair.
   w.attn_fwd = 2 * s.b * s.nh * s.hd * s.t * (s.t + 1);
   // Backward: dP, dS, dQ, dK, dV (4 products, 2x) for naive attention; flash also recomputes S
@@ -86,9 +96,25 @@ LayerWork layer_work(const Shapes& s, const Rates& r) {
   const bool bf16_flash = s.bf16 && s.flash;
   const bool gelu_bf16 = s.gpt2 && s.bf16;
   w.mem_fwd = s.ns * s.c * (2 * kNormForward + 2 * kResidualAdd) + rope +
-              (s.gpt2 ? kGeluForward : kSwigluForward) * s.n * s.f;
+              (s.gelu ? kGeluForward : kSwigluForward) * ffn_rows * s.f;
   w.mem_bwd = s.ns * s.c * 2 * kNormBackward + rope +
-              (s.gpt2 ? kGeluBackward : kSwigluBackward) * s.n * s.f;
+              (s.gelu ? kGeluBackward : kSwigluBackward) * ffn_rows * s.f;
+  if (s.moe) {
+    // Routing, the gather of each token's rows into expert order and the weighted combine, and
+    // their backwards (the router's input gradient added to the norm's, and the shared experts');
+    // with ep > 1 also the rows permuted for the exchange (sent, sorted and unsorted forward;
+    // sorted and unsorted backward).
+    const double rows = ffn_rows * s.k;
+    w.mem_fwd += (kMoeGather + kMoeCombineForward) * rows * s.c + 4 * ffn_rows * s.c +
+                 kMoeRouterForward * ffn_rows * s.router;
+    w.mem_bwd += (kMoeCombineBackward + kMoeScatterBackward) * rows * s.c + 4 * ffn_rows * s.c +
+                 kResidualAdd * ffn_rows * s.c * (s.shared > 0 ? 2 : 1) +
+                 kMoeRouterBackward * ffn_rows * s.router;
+    if (s.ep > 1) {
+      w.mem_fwd += 3 * kMoeGather * rows * s.c;
+      w.mem_bwd += 2 * kMoeGather * rows * s.c;
+    }
+  }
   if (!s.flash) {
     const double scores = s.b * s.nh * s.t * (s.t + 1) / 2;
     w.probs_fwd = kAttentionProbsForward * scores;
@@ -100,9 +126,9 @@ LayerWork layer_work(const Shapes& s, const Rates& r) {
     w.mem_bwd += kBiasGrad * s.n * (s.q + s.F + 2 * s.c);
   }
   if (s.lowp) {
-    w.mem_fwd += kToLowp * (2 * s.ns * s.c + s.n * s.q + s.n * s.a + (gelu_bf16 ? 0 : s.n * s.f) +
-                            (bf16_flash ? 0 : s.n * s.q));
-    w.mem_bwd += kToLowp * (s.n * (2 * s.c + s.F + s.q) + (bf16_flash ? 0 : s.n * s.q) +
+    w.mem_fwd += kToLowp * (2 * s.ns * s.c + s.n * s.q + s.n * s.a +
+                            (gelu_bf16 ? 0 : ffn_rows * s.f) + (bf16_flash ? 0 : s.n * s.q));
+    w.mem_bwd += kToLowp * (s.n * (2 * s.c + s.q) + ffn_rows * s.F + (bf16_flash ? 0 : s.n * s.q) +
                             (s.flash ? s.n * s.a : 0));
   }
   w.fwd_s = w.gemm_fwd / r.gemm + w.attn_fwd / r.attn + w.mem_fwd / r.mem;
@@ -110,30 +136,56 @@ LayerWork layer_work(const Shapes& s, const Rates& r) {
   return w;
 }
 
-// Parameters of one tp rank's share of a layer, of the embedding and of the head.
+// Parameters of one rank's share of a layer: all of them, and the experts among them (an MoE
+// layer's group of its own, reduced over the expert-data-parallel group).
 double layer_params(const Shapes& s) {
-  double p = s.c * s.q + s.a * s.c + s.c * s.F + s.f * s.c + s.c * s.router + s.idle_params;
+  double p = s.c * s.q + s.a * s.c;
+  if (s.moe)  // router, shared experts (gate|up, down) and this rank's experts
+    p += s.c * s.router + (s.in_mats + 1) * s.c * s.shared + s.expert_params;
+  else
+    p += s.c * s.F + s.f * s.c;
   p += s.gpt2 ? s.q + s.c + s.f + s.c + 4 * s.c : 2 * s.c;
   return p;
+}
+
+// The parameters of a layer every tp rank holds whole and, under sp, sums the gradients of over
+// the tp group once per step (ModelParallel::finish_gradients): the norms (and gpt2's biases of
+// the row-parallel outputs), and an MoE layer's router, shared and routed experts.
+double layer_tp_summed_params(const Shapes& s) {
+  if (s.moe) return 2 * s.c + s.c * s.router + (s.in_mats + 1) * s.c * s.shared + s.expert_params;
+  return s.gpt2 ? 6 * s.c : 2 * s.c;
 }
 
 struct StageWork {
   int64_t layers = 0;
   bool embedding = false, head = false;
-  double compute_s = 0, recompute_s = 0, tp_s = 0, p2p_s = 0;  // per micro-batch
-  double bwd_s = 0;                                            // per micro-batch (overlap window)
+  double compute_s = 0, recompute_s = 0, tp_s = 0, ep_s = 0, p2p_s = 0;  // per micro-batch
+  double bwd_s = 0;  // per micro-batch (overlap window)
   double fwd_s = 0;
-  double params = 0;       // this rank's parameters (elements)
-  double first_group = 0;  // elements of the group its backward finishes last
-  double flops = 0;        // executed per micro-batch
-  double total() const { return compute_s + tp_s + p2p_s; }
+  double params = 0;         // this rank's parameters (elements)
+  double expert_params = 0;  // of which the experts of its MoE layers
+  double tp_summed = 0;      // of which replicated over tp, their gradients summed under sp
+  double first_group = 0;    // elements of the group its backward finishes last
+  double flops = 0;          // executed per micro-batch
+  double total() const { return compute_s + tp_s + ep_s + p2p_s; }
 };
 
 }  // namespace
 
-StepEstimate estimate_step(const RunConfig& config, int64_t world, const ClusterProfile& cluster,
+StepEstimate estimate_step(const RunConfig& config, int64_t world, const ClusterProfile& profile,
                            bool explain) {
   StepEstimate e;
+  // A CPU profile of one machine (max_nodes 1, --calibrate's) runs every rank there, more ranks
+  // than cores sharing them (mpirun --oversubscribe): one node of `world` ranks. Otherwise extra
+  // ranks fill more nodes.
+  const bool one_machine =
+      profile.device.is_cpu() && profile.max_nodes == 1 && world > profile.gpus_per_node;
+  ClusterProfile oversubscribed;
+  if (one_machine) {
+    oversubscribed = profile;
+    oversubscribed.gpus_per_node = world;
+  }
+  const ClusterProfile& cluster = one_machine ? oversubscribed : profile;
   // The plan the ranks of this job would resolve: its layout (dp derived), micro-batches and
   // model. A layout that does not fit the ranks asked for is refused, saying what would.
   RunPlan plan;
@@ -147,6 +199,7 @@ StepEstimate estimate_step(const RunConfig& config, int64_t world, const Cluster
   const TrainConfig& tr = config.train;
   const DeviceProfile& dev = cluster.device;
   const int64_t tp = plan.layout.tp, pp = plan.layout.pp, dp = plan.layout.dp;
+  const int64_t ep = plan.layout.ep, edp = plan.layout.edp();
   const int64_t v = std::max<int64_t>(1, p.vpp);
   const int64_t m = plan.micro_batches;
   const Precision prec = tr.precision;
@@ -168,14 +221,24 @@ StepEstimate estimate_step(const RunConfig& config, int64_t world, const Cluster
   s.q = (s.nh + 2 * s.nkv) * s.hd;
   s.a = s.nh * s.hd;
   s.f = static_cast<double>(model.d_ff / tp);
-  if (model.moe.enabled()) {  // tp 1: the layout search and validation allow nothing else yet
-    const double fe = static_cast<double>(model.expert_ffn()), k = double(model.moe.top_k);
-    s.f = k * fe;
+  s.ep = ep;
+  if (model.moe.enabled()) {
+    // Replicated over tp (model/block.cc's ParamSlices::experts): every tp rank runs the whole
+    // expert width, on all rows without sp and on its own rows with it.
+    const double fe = static_cast<double>(model.expert_ffn());
+    s.moe = true;
+    s.k = static_cast<double>(model.moe.top_k);
+    s.shared = static_cast<double>(model.shared_ffn());
+    s.f = s.k * fe + s.shared;
     s.router = static_cast<double>(model.moe.experts);
-    s.idle_params = (s.router - k) * 3 * s.c * fe;
+    s.moe_rows = s.ns;
+    s.in_mats = static_cast<double>(model.moe.input_factor());
+    s.expert_params = s.router / static_cast<double>(ep) * (s.in_mats + 1) * s.c * fe;
   }
   s.gpt2 = model.family == ModelFamily::gpt2;
-  s.F = s.gpt2 ? s.f : 2 * s.f;
+  s.gelu = s.gpt2 || (s.moe && model.moe.activation == MoeActivation::gelu);
+  if (!s.moe) s.in_mats = s.gpt2 ? 1 : 2;
+  s.F = s.in_mats * s.f;
   s.V = static_cast<double>(model.vocab_size / tp);
   s.max_seq = static_cast<double>(model.max_seq_len);
   s.flash = model.flash_attention();
@@ -210,13 +273,16 @@ StepEstimate estimate_step(const RunConfig& config, int64_t world, const Cluster
 
   if (explain) {
     const int64_t nodes = (world + cluster.gpus_per_node - 1) / cluster.gpus_per_node;
-    e.explain.push_back(fmt(
-        "layout: tp %lld pp %lld dp %lld = %lld ranks on %lld node(s) of %lld; micro-batch %lld x "
-        "%lld per step, seq %lld, vpp %lld, schedule %s, zero %lld%s, precision %s, recompute %s",
-        (long long)tp, (long long)pp, (long long)dp, (long long)world, (long long)nodes,
-        (long long)cluster.gpus_per_node, (long long)tr.batch_size, (long long)m,
-        (long long)tr.seq_len, (long long)v, enum_name(p.schedule).data(), (long long)p.zero,
-        s.sp ? ", sp" : "", enum_name(prec).data(), enum_name(tr.recompute).data()));
+    e.explain.push_back(
+        fmt("layout: tp %lld pp %lld dp %lld%s = %lld ranks on %lld node(s) of %lld; micro-batch "
+            "%lld x %lld per step, seq %lld, vpp %lld, schedule %s, zero %lld%s, precision %s, "
+            "recompute %s",
+            (long long)tp, (long long)pp, (long long)dp,
+            ep > 1 ? fmt(" (ep %lld x edp %lld)", (long long)ep, (long long)edp).c_str() : "",
+            (long long)world, (long long)nodes, (long long)cluster.gpus_per_node,
+            (long long)tr.batch_size, (long long)m, (long long)tr.seq_len, (long long)v,
+            enum_name(p.schedule).data(), (long long)p.zero, s.sp ? ", sp" : "",
+            enum_name(prec).data(), enum_name(tr.recompute).data()));
     if (s.cpu)
       e.explain.push_back(fmt(
           "rank compute: %.2f cores (threads %lld, %lld rank(s) on %lld cores, thread "
@@ -254,12 +320,45 @@ StepEstimate estimate_step(const RunConfig& config, int64_t world, const Cluster
       tp_layer_fwd = 2 * (tp_ag_lp.seconds + tp_rs.seconds);
       tp_layer_bwd = 2 * (tp_ag_grad.seconds + tp_ag_lp.seconds + tp_rs.seconds);
     }
+    // An MoE layer's FFN is replicated over tp (its rows stay where they are): only the attention
+    // half's collectives run.
+    if (s.moe) {
+      tp_layer_fwd /= 2;
+      tp_layer_bwd /= 2;
+    }
+  }
+  // Expert parallelism (model/expert_parallel.h), per MoE layer and micro-batch: forward
+  // all-gathers the rows per expert (ep x experts int32), then two all-to-alls of this rank's
+  // routed rows in f32 (to the experts' ranks and back), backward two more. The ep group is ep
+  // adjacent dp ranks (world-rank stride tp). The shared experts run while the rows travel
+  // (forward: their gate|up, backward: all of it), hiding up to that much of the first exchange
+  // of each direction where the link moves data without the cores (overlap); nothing else hides.
+  CollectiveCost ep_a2a, ep_counts;
+  double ep_layer_fwd = 0, ep_layer_bwd = 0, ep_hidden_fwd = 0, ep_hidden_bwd = 0;
+  if (s.moe && ep > 1) {
+    const double a2a_bytes = s.moe_rows * s.k * s.c * 4;
+    ep_a2a = collective_cost(CollectiveOp::all_to_all, a2a_bytes, ep, tp, cluster);
+    ep_counts = collective_cost(CollectiveOp::all_gather, static_cast<double>(ep) * s.router * 4,
+                                ep, tp, cluster);
+    const double link_overlap = ep_a2a.inter_node ? cluster.inter.overlap : cluster.intra.overlap;
+    if (s.shared > 0) {
+      const double up =
+          2 * s.moe_rows * s.c * s.in_mats * s.shared / r.gemm +
+          (s.gelu ? perf::kGeluForward : perf::kSwigluForward) * s.moe_rows * s.shared / r.mem;
+      const double back =
+          2 * 2 * s.moe_rows * s.c * (s.in_mats + 1) * s.shared / r.gemm +
+          (s.gelu ? perf::kGeluBackward : perf::kSwigluBackward) * s.moe_rows * s.shared / r.mem;
+      ep_hidden_fwd = std::min(ep_a2a.seconds, link_overlap * up);
+      ep_hidden_bwd = std::min(ep_a2a.seconds, link_overlap * back);
+    }
+    ep_layer_fwd = ep_counts.seconds + 2 * ep_a2a.seconds - ep_hidden_fwd;
+    ep_layer_bwd = 2 * ep_a2a.seconds - ep_hidden_bwd;
   }
   // Recomputation per recomputed layer: full reruns the block forward (its collectives too);
   // selective reruns naive attention's forward (flash attention recomputes anyway: nothing).
   double rc_layer = 0;
   if (tr.recompute == Recompute::full)
-    rc_layer = lw.fwd_s + tp_layer_fwd;
+    rc_layer = lw.fwd_s + tp_layer_fwd + ep_layer_fwd;
   else if (tr.recompute == Recompute::selective && !s.flash)
     rc_layer = lw.attn_fwd / r.attn + lw.probs_fwd / r.mem;
   if (explain) {
@@ -283,6 +382,25 @@ StepEstimate estimate_step(const RunConfig& config, int64_t world, const Cluster
           shown.algorithm, shown.bandwidth / 1e9, shown.latency_s * 1e6, ms(shown.seconds),
           ms(tp_layer_fwd), ms(tp_layer_bwd)));
     }
+    if (s.moe)
+      e.explain.push_back(fmt(
+          "MoE per layer: %.4g rows of %lld routed to %lld of %lld experts (+ shared width "
+          "%.0f) on this rank%s; experts here %lld of %lld",
+          s.moe_rows, (long long)model.d_model, (long long)model.moe.top_k,
+          (long long)model.moe.experts, s.shared,
+          tp > 1 ? (s.sp ? " (sp: this tp rank's rows)" : " (replicated on every tp rank)") : "",
+          (long long)(model.moe.experts / ep), (long long)model.moe.experts));
+    if (s.moe && ep > 1)
+      e.explain.push_back(fmt(
+          "ep per layer: 2 all-to-all forward + 2 backward of %.4g MB (rows x top_k x C x 4 B) "
+          "over %lld ranks (%s, %s, %.4g GB/s, %.3g us/step) = %.3f ms each, + counts all-gather "
+          "%.3f ms; shared experts hide %.3f ms forward, %.3f ms backward -> forward %.3f ms, "
+          "backward %.3f ms",
+          s.moe_rows * s.k * s.c * 4 / 1e6, (long long)ep,
+          ep_a2a.inter_node ? cluster.inter.kind.c_str() : cluster.intra.kind.c_str(),
+          ep_a2a.algorithm, ep_a2a.bandwidth / 1e9, ep_a2a.latency_s * 1e6, ms(ep_a2a.seconds),
+          ms(ep_counts.seconds), ms(ep_hidden_fwd), ms(ep_hidden_bwd), ms(ep_layer_fwd),
+          ms(ep_layer_bwd)));
   }
 
   // ---- embedding and head ----
@@ -310,7 +428,7 @@ StepEstimate estimate_step(const RunConfig& config, int64_t world, const Cluster
   const int64_t G = pp * v;
   const std::vector<int64_t> counts =
       stage_layer_counts(model.n_layer, static_cast<int>(G), p.stage_layers);
-  const double lp = layer_params(s);
+  const double lp = layer_params(s), lp_dense = lp - s.expert_params;
   const double emb_params = s.V * s.c + (s.gpt2 ? s.max_seq * s.c : 0);
   const double head_params = (s.gpt2 ? 2 : 1) * s.c + (!s.tied || pp > 1 ? s.V * s.c : 0);
   const double boundary_bytes = s.ns * s.c * (s.cpu ? 4 : act_bytes);
@@ -339,9 +457,12 @@ StepEstimate estimate_step(const RunConfig& config, int64_t world, const Cluster
     st.fwd_s = Ld * lw.fwd_s;
     st.bwd_s = Ld * lw.bwd_s;
     st.tp_s = Ld * (tp_layer_fwd + tp_layer_bwd);
+    st.ep_s = Ld * (ep_layer_fwd + ep_layer_bwd);
     st.flops += Ld * layer_flops;
     st.params = Ld * lp;
-    st.first_group = lp;
+    st.expert_params = Ld * s.expert_params;
+    st.tp_summed = Ld * layer_tp_summed_params(s);
+    st.first_group = lp_dense;
     st.embedding = i == 0;
     st.head = i == (G - 1) % pp;
     if (st.embedding) {
@@ -350,12 +471,14 @@ StepEstimate estimate_step(const RunConfig& config, int64_t world, const Cluster
       st.tp_s += emb_tp;
       st.params += emb_params;
       st.first_group = emb_params;
+      if (s.gpt2) st.tp_summed += s.max_seq * s.c;  // the position table
     }
     if (st.head) {
       st.fwd_s += head_fwd;
       st.bwd_s += head_bwd;
       st.tp_s += head_tp;
       st.params += head_params;
+      st.tp_summed += (s.gpt2 ? 2 : 1) * s.c;  // the final norm
       st.flops += 3 * head_gemm;
     }
     st.compute_s = st.fwd_s + st.bwd_s + st.recompute_s;
@@ -377,10 +500,11 @@ StepEstimate estimate_step(const RunConfig& config, int64_t world, const Cluster
       const StageWork& st = stages[i];
       e.explain.push_back(
           fmt("stage %zu per micro-batch: %lld layers%s%s: forward %.3f ms + backward %.3f ms + "
-              "recompute %.3f ms + tp %.3f ms + p2p %.3f ms = %.3f ms%s",
+              "recompute %.3f ms + tp %.3f ms%s + p2p %.3f ms = %.3f ms%s",
               i, (long long)st.layers, st.embedding ? " + embedding" : "", st.head ? " + head" : "",
-              ms(st.fwd_s), ms(st.bwd_s), ms(st.recompute_s), ms(st.tp_s), ms(st.p2p_s),
-              ms(st.total()), i == busiest ? " (busiest)" : ""));
+              ms(st.fwd_s), ms(st.bwd_s), ms(st.recompute_s), ms(st.tp_s),
+              ep > 1 ? fmt(" + ep %.3f ms", ms(st.ep_s)).c_str() : "", ms(st.p2p_s), ms(st.total()),
+              i == busiest ? " (busiest)" : ""));
     }
     e.explain.push_back(fmt(
         "pipeline: %lld micro-batches x %.3f ms (busiest stage) + (sum of stages - max) / vpp "
@@ -397,20 +521,34 @@ StepEstimate estimate_step(const RunConfig& config, int64_t world, const Cluster
       collective_cost(CollectiveOp::all_reduce, 1 << 20, dp, tp, cluster);
   const double dp_overlap_frac =
       p.overlap ? (dp_probe.inter_node ? cluster.inter.overlap : cluster.intra.overlap) : 0.0;
-  double tail = -1, dp_total = 0, dp_exposed = 0, opt_s = 0;
-  std::string dp_line, opt_line;
+  double tail = -1, dp_total = 0, dp_exposed = 0, tp_grad_sum_s = 0, opt_s = 0;
+  std::string dp_line, tp_sum_line, opt_line;
+  // The experts (MoE) reduce and shard over the expert-data-parallel group: the edp ranks of equal
+  // ep rank, at world-rank stride tp x ep.
+  const int64_t edp_stride = tp * ep;
   for (size_t i = 0; i < stages.size(); ++i) {
     const StageWork& st = stages[i];
-    const double P = st.params;
-    // Buckets hold whole parameter groups (a layer, the embedding): a group larger than a bucket
-    // is a bucket of its own.
-    const double per_bucket = std::max(bucket_elems, lp);
-    const double nb = std::max(1.0, std::ceil(P / per_bucket));
-    const double last = std::min(P, std::max(bucket_elems, st.first_group));
+    const double P = st.params, Pe = st.expert_params, Pd = P - Pe;
+    // Buckets hold whole parameter groups (a layer, the embedding; an MoE layer's experts, in
+    // buckets of their own): a group larger than a bucket is a bucket of its own. Each part's
+    // buckets: (all of them, the one that cannot overlap). The dense part's last bucket (the
+    // embedding's, or the first layer's) finishes with backward and is exposed; the experts'
+    // buckets all finish before it.
     auto bucketed = [&](CollectiveOp op, double bytes_per_elem) {
-      const double t = collective_cost(op, P * bytes_per_elem / nb, dp, tp, cluster).seconds * nb;
-      const double t_last = collective_cost(op, last * bytes_per_elem, dp, tp, cluster).seconds;
-      return std::pair<double, double>{t, std::min(t, t_last)};
+      std::pair<double, double> c{0, 0};
+      if (dp > 1 && Pd > 0) {
+        const double nb = std::max(1.0, std::ceil(Pd / std::max(bucket_elems, lp_dense)));
+        const double last = std::min(Pd, std::max(bucket_elems, st.first_group));
+        c.first = collective_cost(op, Pd * bytes_per_elem / nb, dp, tp, cluster).seconds * nb;
+        c.second =
+            std::min(c.first, collective_cost(op, last * bytes_per_elem, dp, tp, cluster).seconds);
+      }
+      if (edp > 1 && Pe > 0) {
+        const double nb = std::max(1.0, std::ceil(Pe / std::max(bucket_elems, s.expert_params)));
+        c.first +=
+            collective_cost(op, Pe * bytes_per_elem / nb, edp, edp_stride, cluster).seconds * nb;
+      }
+      return c;
     };
     auto exposed = [&](std::pair<double, double> c, double window) {
       return std::max(0.0, c.first - c.second - dp_overlap_frac * window) + c.second;
@@ -428,7 +566,9 @@ StepEstimate estimate_step(const RunConfig& config, int64_t world, const Cluster
         exp += static_cast<double>(m) * exposed(rs, bwd_window);
       }
       if (p.zero == 1 || p.zero == 2) {  // updated parameters gathered after the step (f32)
-        const double ag = collective_cost(CollectiveOp::all_gather, P * 4, dp, tp, cluster).seconds;
+        const double ag =
+            collective_cost(CollectiveOp::all_gather, Pd * 4, dp, tp, cluster).seconds +
+            collective_cost(CollectiveOp::all_gather, Pe * 4, edp, edp_stride, cluster).seconds;
         total += ag;
         exp += ag;
       }
@@ -446,32 +586,47 @@ StepEstimate estimate_step(const RunConfig& config, int64_t world, const Cluster
       total += t;
       exp += t;
     }
-    const double shard = p.zero >= 1 ? P / static_cast<double>(dp) : P;
+    // Under sp the gradients of what every tp rank holds whole are partial sums over its rows:
+    // one all-reduce over tp after backward (ModelParallel::finish_gradients). Small for a dense
+    // model (norms); an MoE model's experts are among them.
+    double tp_sum = 0;
+    if (s.sp)
+      tp_sum = collective_cost(CollectiveOp::all_reduce, st.tp_summed * 4, tp, 1, cluster).seconds;
+    const double shard =
+        p.zero >= 1 ? Pd / static_cast<double>(dp) + Pe / static_cast<double>(edp) : P;
     const double grads_held = p.zero >= 2 ? shard : P;
     const double opt_bytes = kAdamW * shard + kGradNorm * grads_held +
                              (p.zero >= 2 ? 0 : kZeroGrads * P) + (lowp ? kToLowp * P : 0);
     const double opt = opt_bytes / r.mem;
-    if (exp + opt > tail) {
-      tail = exp + opt;
+    if (exp + tp_sum + opt > tail) {
+      tail = exp + tp_sum + opt;
       dp_total = total;
       dp_exposed = exp;
+      tp_grad_sum_s = tp_sum;
       opt_s = opt;
       if (explain) {
         const CollectiveOp shown_op =
             p.zero <= 1 ? CollectiveOp::all_reduce : CollectiveOp::reduce_scatter;
+        const double nb = std::max(1.0, std::ceil(Pd / std::max(bucket_elems, lp_dense)));
         const CollectiveCost b =
-            collective_cost(shown_op, std::max(1.0, P * grad_bytes / nb), dp, tp, cluster);
-        dp_line =
-            fmt("dp (stage %zu): %.4g M parameters, %s over %lld ranks (%s, %s, %.4g GB/s) in %.0f "
-                "bucket(s) = %.4g ms; overlapped with backward (%.3g ms, overlap %.2f) -> exposed "
-                "%.4g ms",
-                i, P / 1e6,
-                p.zero <= 1   ? "gradient all-reduce"
-                : p.zero == 2 ? "reduce-scatter per micro-batch"
-                              : "reduce-scatter + parameter all-gathers per micro-batch",
-                (long long)dp,
-                b.inter_node ? cluster.inter.kind.c_str() : cluster.intra.kind.c_str(), b.algorithm,
-                b.bandwidth / 1e9, nb, ms(total), ms(bwd_window), dp_overlap_frac, ms(exp));
+            collective_cost(shown_op, std::max(1.0, Pd * grad_bytes / nb), dp, tp, cluster);
+        dp_line = fmt(
+            "dp (stage %zu): %.4g M parameters%s, %s over %lld ranks (%s, %s, %.4g GB/s) in "
+            "%.0f bucket(s)%s = %.4g ms; overlapped with backward (%.3g ms, overlap %.2f) -> "
+            "exposed %.4g ms",
+            i, P / 1e6, Pe > 0 ? fmt(" (%.4g M of them experts)", Pe / 1e6).c_str() : "",
+            p.zero <= 1   ? "gradient all-reduce"
+            : p.zero == 2 ? "reduce-scatter per micro-batch"
+                          : "reduce-scatter + parameter all-gathers per micro-batch",
+            (long long)dp, b.inter_node ? cluster.inter.kind.c_str() : cluster.intra.kind.c_str(),
+            b.algorithm, b.bandwidth / 1e9, nb,
+            Pe > 0 ? fmt(", the experts' over edp %lld", (long long)edp).c_str() : "", ms(total),
+            ms(bwd_window), dp_overlap_frac, ms(exp));
+        if (s.sp)
+          tp_sum_line = fmt(
+              "tp gradient sums under sp (stage %zu): all-reduce of %.4g M replicated parameters "
+              "over %lld ranks after backward = %.3f ms",
+              i, st.tp_summed / 1e6, (long long)tp, ms(tp_sum));
         opt_line =
             fmt("optimizer: AdamW over %.4g M parameters (%.0f B each) + grad norm %s = "
                 "%.4g MB at %.4g GB/s = %.3f ms",
@@ -486,6 +641,9 @@ StepEstimate estimate_step(const RunConfig& config, int64_t world, const Cluster
   if (tp > 1) scalars += collective_cost(CollectiveOp::all_reduce, 8, tp, 1, cluster).seconds;
   if (pp > 1)
     scalars += 3 * collective_cost(CollectiveOp::all_reduce, 8, pp, tp * dp, cluster).seconds;
+  // The experts' part of the norm over the ep group (their gradients differ there; ZeRO-0/1).
+  if (s.moe && ep > 1 && p.zero <= 1)
+    scalars += collective_cost(CollectiveOp::all_gather, 8.0 * ep, ep, tp, cluster).seconds;
 
   // ---- totals ----
   const double md = static_cast<double>(m);
@@ -493,10 +651,11 @@ StepEstimate estimate_step(const RunConfig& config, int64_t world, const Cluster
   e.compute_s = md * hot.compute_s;
   e.recompute_s = md * hot.recompute_s;
   e.optimizer_s = opt_s;
-  e.tp_comm_s = md * hot.tp_s;
+  e.tp_comm_s = md * hot.tp_s + tp_grad_sum_s;
+  e.ep_comm_s = md * hot.ep_s;
   e.pp_comm_s = pp > 1 ? md * 2 * static_cast<double>(v) * p2p.seconds : 0;
   e.dp_comm_s = dp_total;
-  e.comm_exposed_s = md * (hot.tp_s + hot.p2p_s) + dp_exposed + scalars;
+  e.comm_exposed_s = md * (hot.tp_s + hot.ep_s + hot.p2p_s) + dp_exposed + tp_grad_sum_s + scalars;
   e.bubble_s = std::max(0.0, e.step_s - e.compute_s - e.comm_exposed_s - e.optimizer_s);
   const double tokens = s.n * md * static_cast<double>(dp);
   e.tokens_per_s = tokens / e.step_s;
@@ -508,11 +667,14 @@ StepEstimate estimate_step(const RunConfig& config, int64_t world, const Cluster
   e.flops_per_rank_s = e.hardware_flops / (e.step_s * static_cast<double>(world));
   if (explain) {
     if (!dp_line.empty() && dp > 1) e.explain.push_back(dp_line);
+    if (!tp_sum_line.empty()) e.explain.push_back(tp_sum_line);
     e.explain.push_back(opt_line);
-    e.explain.push_back(fmt(
-        "step = pipeline %.4g s + dp exposed %.4g s + optimizer %.4g s + scalar reductions %.3g "
-        "ms = %.4g s; %.4g tokens -> %.4g tokens/s",
-        pipe_s, dp_exposed, opt_s, ms(scalars), e.step_s, tokens, e.tokens_per_s));
+    e.explain.push_back(
+        fmt("step = pipeline %.4g s + dp exposed %.4g s + tp gradient sums %.3g ms + optimizer "
+            "%.4g s + "
+            "scalar reductions %.3g ms = %.4g s; %.4g tokens -> %.4g tokens/s",
+            pipe_s, dp_exposed, ms(tp_grad_sum_s), opt_s, ms(scalars), e.step_s, tokens,
+            e.tokens_per_s));
     e.explain.push_back(
         fmt("MFU = (6N + 12 L C T) = %.4g GFLOP/token x %.4g tokens / (%.4g s x %lld ranks x %.4g "
             "TFLOP/s peak) = %.1f%%; executed %.4g TFLOP/s per rank (recompute included)",

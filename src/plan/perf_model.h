@@ -2,7 +2,9 @@
 // against the device's roofline, collectives through an alpha-beta model of ring and tree
 // algorithms over the cluster's tiers (layout mapped onto ranks tp fastest, so tp stays inside a
 // node when it fits), the pipeline bubble of the schedule, the overlap strata implements
-// (bucketed gradient reduction during backward, ZeRO-3 prefetch) and recomputation.
+// (bucketed gradient reduction during backward, ZeRO-3 prefetch) and recomputation; for
+// Mixture-of-Experts models the experts' FLOPs of the top_k a token runs through, and with
+// expert parallelism the all-to-all token exchanges (balanced routing assumed).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -21,6 +23,8 @@ struct StepEstimate {
   double comm_exposed_s = 0;                           // communication not hidden behind compute
   double bubble_s = 0;                                 // pipeline idle time
   double tp_comm_s = 0, dp_comm_s = 0, pp_comm_s = 0;  // totals before overlap
+  double ep_comm_s = 0;  // expert parallelism's exchanges (MoE), all exposed but what shared
+                         // experts hide
   double tokens_per_s = 0;
   double mfu = 0;          // model FLOPs (no recomputation) / (step_s * ranks * peak matrix rate)
   double model_flops = 0;  // per step, all ranks: (6 N + 12 L C T) * tokens (PaLM / Megatron)

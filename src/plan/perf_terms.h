@@ -24,8 +24,16 @@ constexpr double kEmbeddingBackward = 12;
 // (scores, softmax in place), read and rewritten as dS in backward.
 constexpr double kAttentionProbsForward = 8;
 constexpr double kAttentionProbsBackward = 16;
-constexpr double kAdamW = 28;    // per parameter: read p, g, m, v; write p, m, v (f32)
-constexpr double kGradNorm = 4;  // per gradient element: one read
+// Mixture-of-Experts (model/moe_ffn.cc), per element of the [rows, C] expert rows (rows = the
+// tokens' top_k choices) or of the [n, C] tokens:
+constexpr double kMoeGather = 8;            // a row permutation: read a row, write it (per row elt)
+constexpr double kMoeCombineForward = 4;    // read each row (+ 4 per token element written)
+constexpr double kMoeCombineBackward = 12;  // read dy and the row's output, write its gradient
+constexpr double kMoeScatterBackward = 4;   // read each row's gradient (+ 4 per token element)
+constexpr double kMoeRouterForward = 12;    // per router logit: softmax, top-k, balancing losses
+constexpr double kMoeRouterBackward = 12;   // per router logit
+constexpr double kAdamW = 28;               // per parameter: read p, g, m, v; write p, m, v (f32)
+constexpr double kGradNorm = 4;             // per gradient element: one read
 constexpr double kZeroGrads = 4;
 
 }  // namespace strata::perf

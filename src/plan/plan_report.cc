@@ -20,10 +20,12 @@ nlohmann::json planned_layout_json(const PlannedLayout& l) {
   memory["micro_batches_in_flight"] = l.memory.micro_batches_in_flight;
   memory["capacity"] = l.capacity;
   memory["fits"] = l.fits();
+  memory["notes"] = l.memory.notes;
   nlohmann::json j = {{"layout",
                        {{"tp", p.tp},
                         {"pp", p.pp},
                         {"dp", data_parallel_size(p, l.world)},
+                        {"ep", p.ep},
                         {"vpp", p.vpp},
                         {"sp", p.sp},
                         {"zero", p.zero},
@@ -46,6 +48,7 @@ nlohmann::json planned_layout_json(const PlannedLayout& l) {
                  {"tp_comm_s", l.step.tp_comm_s},
                  {"dp_comm_s", l.step.dp_comm_s},
                  {"pp_comm_s", l.step.pp_comm_s},
+                 {"ep_comm_s", l.step.ep_comm_s},
                  {"tokens_per_s", l.step.tokens_per_s},
                  {"mfu", l.step.mfu}};
   return j;
@@ -74,7 +77,9 @@ std::string format_memory(const PlannedLayout& l) {
   if (l.capacity < std::numeric_limits<int64_t>::max())
     out += cat(" of ", format_bytes(static_cast<double>(l.capacity)),
                l.fits() ? " (fits)" : " (DOES NOT FIT)");
-  return out + "\n";
+  out += "\n";
+  for (const std::string& note : l.memory.notes) out += cat("    note: ", note, "\n");
+  return out;
 }
 
 std::string format_step(const StepEstimate& s) {
@@ -92,8 +97,8 @@ std::string format_step(const StepEstimate& s) {
 
 std::string format_ranking(const std::vector<PlannedLayout>& layouts) {
   std::string out =
-      "   #  tp  pp    dp vpp sp zero   mb x  m  recompute    mem/rank      step    tokens/s    "
-      "MFU  comm bubble\n";
+      "   #  tp  pp    dp  ep vpp sp zero   mb x  m  recompute    mem/rank      step    tokens/s"
+      "    MFU  comm bubble\n";
   int i = 0;
   for (const PlannedLayout& l : layouts) {
     const ParallelConfig& p = l.config.parallel;
@@ -101,11 +106,11 @@ std::string format_ranking(const std::vector<PlannedLayout>& layouts) {
     char line[256];
     std::snprintf(
         line, sizeof line,
-        "  %2d %3lld %3lld %5lld %3lld %2s %4lld %4lld x %2lld  %-9s %11s %9s %11s %5.1f%% %4.0f%% "
-        "%5.0f%%\n",
+        "  %2d %3lld %3lld %5lld %3lld %3lld %2s %4lld %4lld x %2lld  %-9s %11s %9s %11s %5.1f%% "
+        "%4.0f%% %5.0f%%\n",
         ++i, static_cast<long long>(p.tp), static_cast<long long>(p.pp),
-        static_cast<long long>(data_parallel_size(p, l.world)), static_cast<long long>(p.vpp),
-        p.sp ? "y" : "-", static_cast<long long>(p.zero),
+        static_cast<long long>(data_parallel_size(p, l.world)), static_cast<long long>(p.ep),
+        static_cast<long long>(p.vpp), p.sp ? "y" : "-", static_cast<long long>(p.zero),
         static_cast<long long>(l.config.train.batch_size),
         static_cast<long long>(micro_batches_per_step(l.config)),
         enum_name(l.config.train.recompute).data(),

@@ -604,6 +604,12 @@ void read_json_object(RunConfig& c, const nlohmann::json& j, const std::string& 
 
 RunConfig parse_config(const std::string& toml_text, const std::string& source,
                        const std::vector<std::string>& overrides) {
+  return parse_config(toml_text, source, overrides, nullptr);
+}
+
+RunConfig parse_config(const std::string& toml_text, const std::string& source,
+                       const std::vector<std::string>& overrides,
+                       std::vector<std::string>* engine_limits) {
   toml::table root;
   try {
     root = toml::parse(std::string_view(toml_text), std::string_view(source));
@@ -628,7 +634,7 @@ RunConfig parse_config(const std::string& toml_text, const std::string& source,
   RunConfig& c = reader.config;
   // The family decides the default: GPT-2 ties the output head to the embedding, Llama does not.
   if (!reader.tie_embeddings_given) c.model.tie_embeddings = c.model.family == ModelFamily::gpt2;
-  validate_config(c, source);
+  validate_config(c, source, engine_limits);
   return c;
 }
 
@@ -640,6 +646,17 @@ RunConfig load_config(const std::string& path, const std::vector<std::string>& o
   std::ostringstream text;
   text << in.rdbuf();
   return parse_config(text.str(), path, overrides);
+}
+
+RunConfig load_config_for_plan(const std::string& path, const std::vector<std::string>& overrides,
+                               std::vector<std::string>& engine_limits) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    fail("cannot read config file '", path, "': ", std::strerror(errno),
+         " (start from configs/tiny.toml, e.g. copy it and edit)");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return parse_config(text.str(), path, overrides, &engine_limits);
 }
 
 nlohmann::json config_to_json(const RunConfig& config) {

@@ -139,6 +139,14 @@ struct RunConfig {
 RunConfig parse_config(const std::string& toml_text, const std::string& source,
                        const std::vector<std::string>& overrides = {});
 RunConfig load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+// For `strata plan`, which predicts runs this build's engine cannot train yet (an MoE model in
+// bf16 on GPUs, say): everything is checked as above except the engine's own limits
+// (validate_config), which are returned in `engine_limits`, one message each, instead of failing.
+RunConfig parse_config(const std::string& toml_text, const std::string& source,
+                       const std::vector<std::string>& overrides,
+                       std::vector<std::string>* engine_limits);
+RunConfig load_config_for_plan(const std::string& path, const std::vector<std::string>& overrides,
+                               std::vector<std::string>& engine_limits);
 
 // Round trip through JSON (for checkpoint metadata and reports). Keys match the TOML keys.
 nlohmann::json config_to_json(const RunConfig& config);

@@ -16,7 +16,15 @@ void check(bool ok, const std::string& where, const Args&... args) {
 }
 }  // namespace
 
-void validate_config(RunConfig& c, const std::string& where) {
+void validate_config(RunConfig& c, const std::string& where,
+                     std::vector<std::string>* engine_limits) {
+  // What the engine cannot run yet though the config is consistent: an error, or for the planner
+  // a note.
+  auto engine_limit = [&](bool ok, const auto&... args) {
+    if (ok) return;
+    if (!engine_limits) fail(where, ": ", args...);
+    engine_limits->push_back(cat(args...));
+  };
   try {
     c.model.finalize();
   } catch (const Error& e) {
@@ -146,10 +154,10 @@ void validate_config(RunConfig& c, const std::string& where) {
           "model.moe.bias_update_rate = ", c.model.moe.bias_update_rate,
           " moves the router biases where the parameters live, which optim.offload = \"",
           enum_name(c.optim.offload), "\" moves off the model; set optim.offload = \"none\"");
-    check(t.precision == Precision::f32, where, moe,
-          " trains in f32 only so far: set train.precision = \"f32\"");
-    check(c.system.device == Device::cpu, where, moe,
-          " runs on the CPU only so far: set system.device = \"cpu\"");
+    engine_limit(t.precision == Precision::f32, moe,
+                 " trains in f32 only so far: set train.precision = \"f32\"");
+    engine_limit(c.system.device == Device::cpu, moe,
+                 " runs on the CPU only so far: set system.device = \"cpu\"");
   }
   check(p.vpp >= 1, where, "parallel.vpp: must be at least 1, got ", p.vpp);
   check(p.vpp == 1 || p.pp > 1, where, "parallel.vpp = ", p.vpp,

@@ -27,6 +27,34 @@ TEST(Collectives, FormulasOnSmallCases) {
   EXPECT_DOUBLE_EQ(send_s(1e6, 1e9, 1e-6), 1e-3 + 1e-6);
 }
 
+// Expert parallelism's exchange: every rank sends a block to every other at once, the blocks for
+// its node's ranks over the intra-node link and the others through its own network card.
+TEST(Collectives, AllToAll) {
+  // One node (k = n): (n-1)/n of the buffer and n-1 latencies, the reduce-scatter ring's cost.
+  EXPECT_DOUBLE_EQ(all_to_all_s(4, 4, 1e6, 1e9, 5e8, 1e-6), 0.75e-3 + 3e-6);
+  EXPECT_DOUBLE_EQ(all_to_all_s(4, 4, 1e6, 1e9, 5e8, 1e-6), ring_gather_s(4, 1e6, 1e9, 1e-6));
+  EXPECT_DOUBLE_EQ(all_to_all_s(1, 1, 1e6, 1e9, 1e9, 1e-6), 0.0);
+  // 16 ranks, 8 per node: 7/16 on the node's link and 8/16 on the card, at the same time.
+  EXPECT_DOUBLE_EQ(all_to_all_s(16, 8, 16e6, 100e9, 10e9, 0), 8e6 / 10e9);
+  EXPECT_DOUBLE_EQ(all_to_all_s(16, 8, 16e6, 1e9, 100e9, 0), 7e6 / 1e9);
+  // One rank per node: everything but its own block over the network.
+  EXPECT_DOUBLE_EQ(all_to_all_s(4, 1, 4e6, 100e9, 1e9, 2e-6), 3e6 / 1e9 + 6e-6);
+
+  const ClusterProfile c = load_cluster_profile("h100");
+  // ep 8 with tp 1: the ep group is one node's 8 GPUs on NVLink.
+  const CollectiveCost ep8 = collective_cost(CollectiveOp::all_to_all, 64e6, 8, 1, c);
+  EXPECT_FALSE(ep8.inter_node);
+  EXPECT_STREQ(ep8.algorithm, "pairwise");
+  EXPECT_DOUBLE_EQ(ep8.seconds, ring_gather_s(8, 64e6, 450e9 * 0.8, 3e-6));
+  // ep 8 with tp 2 (world-rank stride 2): 4 ranks per node on 2 nodes, half the buffer over the
+  // 400 Gb/s cards: four times slower.
+  const CollectiveCost spread = collective_cost(CollectiveOp::all_to_all, 64e6, 8, 2, c);
+  EXPECT_TRUE(spread.inter_node);
+  EXPECT_DOUBLE_EQ(spread.seconds, all_to_all_s(8, 4, 64e6, 450e9 * 0.8, 50e9 * 0.9, 7e-6));
+  EXPECT_GT(spread.seconds, 4 * ep8.seconds);
+  EXPECT_DOUBLE_EQ(collective_cost(CollectiveOp::all_to_all, 64e6, 1, 1, c).seconds, 0.0);
+}
+
 TEST(Collectives, Placement) {
   GroupPlacement g = place_group(8, 1, 8);  // tp = 8 on 8-GPU nodes
   EXPECT_EQ(g.ranks_per_node, 8);
@@ -208,6 +236,8 @@ kind = "shm"
 bandwidth_gb_s = 5
 latency_us = 10
 overlap = 0
+[intra.all_to_all]
+bandwidth_gb_s = 3
 [intra.reduce_scatter]
 bandwidth_gb_s = 2
 latency_us = 12
@@ -221,6 +251,8 @@ latency_us = 12
   EXPECT_DOUBLE_EQ(c.intra.op_bandwidth(CollectiveOp::reduce_scatter), 2e9);
   EXPECT_DOUBLE_EQ(c.intra.op_latency(CollectiveOp::reduce_scatter), 12e-6);
   EXPECT_DOUBLE_EQ(c.intra.op_bandwidth(CollectiveOp::all_reduce), 5e9);
+  EXPECT_DOUBLE_EQ(c.intra.op_bandwidth(CollectiveOp::all_to_all), 3e9);
+  EXPECT_DOUBLE_EQ(c.intra.op_latency(CollectiveOp::all_to_all), 10e-6);  // the link's
   EXPECT_EQ(c.inter.kind, "shm");  // one machine: no network tier
   // 2 ranks of 1 thread on 2 cores: one core each; 1 rank of 2 threads: two.
   EXPECT_DOUBLE_EQ(c.device.rank_cores(1, 2), 1.0);

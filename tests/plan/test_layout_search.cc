@@ -3,9 +3,11 @@
 // of Narayanan et al. 2021 on 3072 GPUs is searched quickly; this machine's oom-demo config.
 #include <gtest/gtest.h>
 
+#include <set>
 #include <string>
 
 #include "core/clock.h"
+#include "core/error.h"
 #include "plan/layout_search.h"
 #include "plan/oom_report.h"
 #include "run/config.h"
@@ -19,18 +21,64 @@ RunConfig config_file(const std::string& name, const std::vector<std::string>& o
 
 const char* kA100 = "a100-80gb-x8-ib200";
 
-// The MoE family runs data parallel only so far: the search offers nothing else.
-TEST(LayoutSearch, MixtralIsSearchedOverDataParallelLayoutsOnly) {
+// The MoE families compose with every parallelism: the search offers tensor, sequence and
+// pipeline parallelism for them, and expert parallelism over the divisors of dp that divide the
+// experts (dense models keep ep = 1).
+TEST(LayoutSearch, MixtralIsSearchedOverExpertTensorAndPipelineLayouts) {
   const RunConfig config = config_file("mixtral-tiny.toml");
   SearchOptions options;
   options.gpus = 8;
+  options.top = 100000;  // keep every layout that fits
   const SearchResult result = search_layouts(config, load_cluster_profile(kA100), options);
   ASSERT_FALSE(result.ranked.empty());
+  bool tp = false, sp = false, pp = false;
+  std::set<int64_t> eps;
   for (const PlannedLayout& l : result.ranked) {
-    EXPECT_EQ(l.config.parallel.tp, 1) << l.describe();
-    EXPECT_EQ(l.config.parallel.pp, 1) << l.describe();
-    EXPECT_FALSE(l.config.parallel.sp) << l.describe();
+    const ParallelConfig& p = l.config.parallel;
+    EXPECT_EQ(p.dp % p.ep, 0) << l.describe();
+    EXPECT_EQ(config.model.moe.experts % p.ep, 0) << l.describe();
+    if (p.ep > 1) {
+      EXPECT_NE(l.describe().find(cat(" ep ", p.ep)), std::string::npos);
+    }
+    tp |= p.tp > 1;
+    sp |= p.sp;
+    pp |= p.pp > 1;
+    eps.insert(p.ep);
   }
+  EXPECT_TRUE(tp && sp && pp);
+  EXPECT_EQ(eps, (std::set<int64_t>{1, 2, 4, 8}));
+  // A dense model is never given an ep.
+  const SearchResult dense =
+      search_layouts(config_file("llama-tiny.toml"), load_cluster_profile(kA100), options);
+  for (const PlannedLayout& l : dense.ranked) EXPECT_EQ(l.config.parallel.ep, 1) << l.describe();
+}
+
+// What strata's engine cannot train yet (the MoE FFN outside f32 on the CPU) is refused by `strata
+// train` but planned by `strata plan`: parse_config reports those limits instead of failing, and
+// only those (an inconsistent config still fails).
+TEST(LayoutSearch, EngineLimitsAreNotedNotFatalForThePlanner) {
+  const std::string toml =
+      "[model]\nfamily = \"mixtral\"\nn_kv_head = 2\nattention = \"flash\"\n[model.moe]\n"
+      "experts = 4\n[train]\nprecision = \"bf16\"\n[system]\ndevice = \"cuda\"\n[data]\n"
+      "source = \"synthetic\"\n";
+  try {
+    parse_config(toml, "moe.toml");
+    FAIL() << "bf16 MoE on cuda was accepted for training";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("trains in f32 only so far"), std::string::npos);
+  }
+  std::vector<std::string> limits;
+  const RunConfig c = parse_config(toml, "moe.toml", {"parallel.ep=2"}, &limits);
+  ASSERT_EQ(limits.size(), 2u);
+  EXPECT_NE(limits[0].find("trains in f32 only so far"), std::string::npos) << limits[0];
+  EXPECT_NE(limits[1].find("runs on the CPU only so far"), std::string::npos) << limits[1];
+  const ClusterProfile h100 = load_cluster_profile("h100");
+  const PlannedLayout l = evaluate_layout(c, 8, &h100, 0);
+  EXPECT_TRUE(l.fits());
+  EXPECT_GT(l.step.ep_comm_s, 0);
+  // The planner's leniency covers the engine's limits only.
+  std::vector<std::string> more;
+  EXPECT_THROW(parse_config(toml, "moe.toml", {"parallel.ep=3"}, &more), Error);
 }
 
 TEST(LayoutSearch, PureDataParallel130BDoesNotFitAndTensorTimesPipelineDoes) {

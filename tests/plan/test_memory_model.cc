@@ -59,23 +59,26 @@ class ShapeComm final : public Comm {
   std::string name_;
 };
 
-// One rank (tp rank 0, dp rank 0) of pipeline stage pp_rank, built as Trainer::build_model builds
-// it under process groups. ModelParallel needs real process groups, so its buffers are added from
-// the ParamStore's slices here, the way its constructor sizes them.
+// One rank (tp rank 0, dp rank 0, so ep rank 0) of pipeline stage pp_rank, built as
+// Trainer::build_model builds it under process groups (the experts of an MoE model reduced over
+// the expert-data-parallel group). ModelParallel needs real process groups, so its buffers are
+// added from the ParamStore's slices here, the way its constructor sizes them.
 MemBytes build_rank(const RunConfig& config, int world, int pp_rank, const std::string& dir) {
   const RunPlan plan = resolve_run_plan(config, world, true);
   const TrainConfig& t = config.train;
-  const int tp = plan.layout.tp, pp = plan.layout.pp, dp = plan.layout.dp;
+  const int tp = plan.layout.tp, pp = plan.layout.pp, dp = plan.layout.dp, ep = plan.layout.ep;
   const int vpp = static_cast<int>(config.parallel.vpp);
   const int m = static_cast<int>(plan.micro_batches);
   ShapeComm dp_comm(0, dp, "dp"), tp_comm(0, tp, "tp"), pp_comm(pp_rank, pp, "pp");
+  ShapeComm ep_comm(0, ep, "ep"), edp_comm(0, plan.layout.edp(), "edp");
   Arena arena;
-  DataParallel data_parallel(dp_comm, plan.data_parallel);
-  DecoderOptions o = plan.decoder_options(0, pp_rank);
+  DataParallel data_parallel(dp_comm, plan.data_parallel, &edp_comm);
+  DecoderOptions o = plan.decoder_options(0, pp_rank, 0);
   o.plan = [&](ParamStore& params) { data_parallel.plan(params); };
   std::vector<PipelineAction> actions;
   if (plan.sharded_model()) {
     o.tp = tp > 1 ? &tp_comm : nullptr;
+    o.ep = ep > 1 ? &ep_comm : nullptr;
     if (pp > 1) {
       actions = make_schedule(plan.schedule, pp, m, vpp, pp_rank);
       o.chunk_slots = pipeline_slots_needed(actions, vpp);
@@ -97,7 +100,7 @@ MemBytes build_rank(const RunConfig& config, int world, int pp_rank, const std::
                                    data_parallel.optimizer_state_size(), arena, config.optim);
   }
   int64_t model_parallel = 0;  // ModelParallel's constructor: comm elements
-  if (tp > 1 || pp > 1) {
+  if (plan.sharded_model()) {
     const ParamStore& ps = model.params();
     int64_t tp_summed = 0, kv_summed = 0;
     for (const ParamInfo& info : ps.all())
@@ -208,6 +211,9 @@ TEST(MemoryModel, OneProcessMatchesTheArenaExactly) {
            // Shared experts: their gate|up and activation kept, their gradients in scratch.
            {"model.family=mixtral", "model.n_kv_head=2", "model.moe.experts=4",
             "model.moe.shared_experts=2", "model.moe.shared_ffn=24"},
+           {"model.family=mixtral", "model.n_kv_head=2", "model.moe.experts=4",
+            "model.moe.shared_experts=1", "model.moe.activation=gelu",
+            "model.moe.gating=sigmoid_bias", "model.moe.bias_update_rate=0.001"},
            // qwen3_moe: the head norms' kept q, k beside the MoE layer's tensors.
            {"model.family=qwen3_moe", "model.n_kv_head=2", "model.head_dim=12",
             "model.moe.experts=4", "model.moe.normalize_topk=false"},
@@ -228,7 +234,10 @@ TEST(MemoryModel, TrainerMatchesTheArenaExactly) {
             "model.attention=flash", "train.recompute=selective"},
            {"train.precision=fp16", "train.recompute=full", "optim.offload=nvme",
             "system.threads=1"},
-           {"optim.offload=cpu", "train.precision=bf16", "train.activation_offload=true"}}) {
+           {"optim.offload=cpu", "train.precision=bf16", "train.activation_offload=true"},
+           // MoE: every layer's experts a parameter group of their own.
+           {"model.family=mixtral", "model.n_kv_head=2", "model.moe.experts=4",
+            "model.moe.shared_experts=1", "model.moe.shared_ffn=32"}}) {
     const std::string dir = test_support::fresh_dir("memory_model_trainer");
     const RunConfig c = small(dir, sets);
     Trainer trainer(c);
@@ -242,6 +251,15 @@ struct RankCase {
   std::vector<std::string> sets;
   int world = 1, pp_rank = 0;
 };
+
+void expect_ranks_equal(const std::vector<RankCase>& cases, const std::string& dir) {
+  for (const RankCase& k : cases) {
+    const RunConfig c = small(dir, k.sets);
+    const std::string what = cat(joined(k.sets), " world ", k.world, " pp rank ", k.pp_rank);
+    expect_equal(build_rank(c, k.world, k.pp_rank, dir),
+                 estimate_rank_memory(c, k.world, k.pp_rank, with_threads(true)), what);
+  }
+}
 
 // Under process groups: every ZeRO stage, gradient reduction in bf16, tensor parallelism with and
 // without sp (GQA kv heads split and shared), pipelines (GPipe, 1F1B, interleaved; first, middle
@@ -282,13 +300,75 @@ TEST(MemoryModel, RanksUnderProcessGroupsMatchTheArenaExactly) {
        1},
       {{"parallel.zero=1", "optim.offload=nvme", "optim.offload_chunk_mb=0.02"}, 2},
   };
-  for (const RankCase& k : cases) {
-    const RunConfig c = small(dir, k.sets);
-    const std::string what = cat(joined(k.sets), " world ", k.world, " pp rank ", k.pp_rank);
-    expect_equal(build_rank(c, k.world, k.pp_rank, dir),
-                 estimate_rank_memory(c, k.world, k.pp_rank, with_threads(true)), what);
-  }
+  expect_ranks_equal(cases, dir);
   std::filesystem::remove_all(dir);
+}
+
+// Mixture-of-Experts models under process groups: each layer's experts a parameter group of their
+// own, bucketed apart and reduced (and ZeRO-sharded) over the expert-data-parallel group; with
+// ep > 1 the rank's E / ep experts and the exchange's buffers, sized for the worst-case routing
+// (every rank's tokens to this rank's experts, or the capacity); composed with every ZeRO stage,
+// bf16 reduction, tp with and without sp, pipelines, shared experts and qwen3_moe.
+TEST(MemoryModel, MixtureOfExpertsRanksMatchTheArenaExactly) {
+  const std::string dir = test_support::fresh_dir("memory_model_moe_ranks");
+  const std::vector<std::string> moe = {"model.family=mixtral", "model.n_kv_head=2",
+                                        "model.moe.experts=4"};
+  auto with = [&](std::vector<std::string> sets) {
+    sets.insert(sets.begin(), moe.begin(), moe.end());
+    return sets;
+  };
+  const std::vector<RankCase> cases = {
+      {with({"parallel.zero=2"}), 2},  // ep 1: the experts still bucketed apart, over dp
+      {with({"parallel.zero=0", "parallel.bucket_mb=0.05"}), 4},
+      {with({"parallel.ep=2"}), 2},
+      {with({"parallel.ep=2", "parallel.zero=1", "parallel.bucket_mb=0.05"}), 4},
+      {with({"parallel.ep=2", "parallel.zero=2", "parallel.grad_reduce_dtype=bf16"}), 4},
+      {with({"parallel.ep=4", "parallel.zero=3", "parallel.bucket_mb=0.05"}), 4},
+      {with({"parallel.ep=2", "parallel.zero=3", "parallel.bucket_mb=0.05"}), 4},
+      {with({"parallel.ep=2", "model.moe.capacity_factor=1.25", "train.recompute=full",
+             "train.recompute_layers=2"}),
+       2},
+      {with({"parallel.ep=2", "model.moe.z_loss_coeff=0.01", "train.recompute=selective",
+             "model.moe.shared_experts=2", "model.moe.shared_ffn=24"}),
+       2},
+      {with({"parallel.ep=2", "parallel.tp=2"}), 4},
+      {with({"parallel.ep=2", "parallel.tp=2", "parallel.sp=true", "parallel.zero=1"}), 4},
+      {with({"parallel.ep=2", "parallel.pp=2", "train.grad_accum=4"}), 4, 0},
+      {with({"parallel.ep=2", "parallel.pp=2", "train.grad_accum=4", "parallel.zero=1"}), 4, 1},
+      {with({"parallel.ep=2", "parallel.tp=2", "parallel.pp=2", "parallel.sp=true",
+             "train.grad_accum=4"}),
+       8, 1},
+      {{"model.family=qwen3_moe", "model.n_kv_head=2", "model.moe.experts=4", "parallel.ep=4",
+        "parallel.zero=2", "model.moe.shared_experts=1"},
+       4},
+  };
+  expect_ranks_equal(cases, dir);
+  std::filesystem::remove_all(dir);
+}
+
+// The planner states what the expert buffers of ep > 1 assume; ep = 1 holds n * top_k rows exactly.
+TEST(MemoryModel, ExpertParallelNotesTheWorstCaseRouting) {
+  const std::vector<std::string> moe = {"model.family=mixtral", "model.n_kv_head=2",
+                                        "model.moe.experts=4"};
+  auto sets = [&](std::vector<std::string> extra) {
+    extra.insert(extra.begin(), moe.begin(), moe.end());
+    return small("unused", extra);
+  };
+  EXPECT_TRUE(estimate_rank_memory(sets({}), 4, 0).notes.empty());
+  const MemoryEstimate ep2 = estimate_rank_memory(sets({"parallel.ep=2"}), 4, 0);
+  ASSERT_EQ(ep2.notes.size(), 1u);
+  EXPECT_NE(ep2.notes[0].find("worst-case routing"), std::string::npos) << ep2.notes[0];
+  EXPECT_EQ(ep2.notes[0].find("capacity"), std::string::npos) << ep2.notes[0];
+  const MemoryEstimate capped =
+      estimate_rank_memory(sets({"parallel.ep=2", "model.moe.capacity_factor=1.0"}), 4, 0);
+  ASSERT_EQ(capped.notes.size(), 1u);
+  EXPECT_NE(capped.notes[0].find("capacity factor"), std::string::npos) << capped.notes[0];
+  // The experts split over ep: fewer parameters (and their gradients, optimizer state) per rank.
+  const MemoryEstimate ep1 = estimate_rank_memory(sets({}), 4, 0);
+  const MemoryEstimate ep4 = estimate_rank_memory(sets({"parallel.ep=4"}), 4, 0);
+  EXPECT_LT(ep4.category(MemCategory::params), ep1.category(MemCategory::params));
+  EXPECT_LT(ep4.category(MemCategory::optimizer), ep1.category(MemCategory::optimizer));
+  EXPECT_NE(ep4.explain.back().find(" ep 4"), std::string::npos) << ep4.explain.back();
 }
 
 TEST(MemoryModel, LargestStageAndExplanation) {

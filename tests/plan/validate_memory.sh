@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The memory model against real runs: for each configuration (layouts tp/pp/dp/vpp/sp, ZeRO
-# stages 0-3, recomputation, precision, attention kernel, sequence length, optimizer offload),
+# The memory model against real runs: for each configuration (layouts tp/pp/dp/vpp/sp/ep, ZeRO
+# stages 0-3, recomputation, precision, attention kernel, sequence length, optimizer offload,
+# Mixture of Experts),
 # `strata plan --json` predicts the arena of pipeline stage 0 and a one-step run on 1, 2 or 4
 # ranks measures it (the "mem" object of the last line of metrics.jsonl, which is world rank 0:
 # tp rank 0, dp rank 0, pp rank 0). Prints a table (markdown) of predicted and measured bytes,
@@ -120,6 +121,21 @@ case_ 4 "pp 2 GPipe, dp 2, ZeRO-1, 4 micro-batches, untied, stages 4/2" parallel
   model.n_layer=6 "parallel.stage_layers=[4,2]"
 case_ 4 "tp 2 + sp, pp 2, ZeRO-1, bf16, full recompute" parallel.tp=2 parallel.pp=2 \
   parallel.sp=true train.precision=bf16 train.recompute=full train.grad_accum=4 model.n_layer=6
+# Mixture of Experts (mixtral, 4 experts): each layer's experts a parameter group of their own,
+# reduced and sharded over the expert-data-parallel group; with ep > 1 the rank's experts and the
+# exchange's buffers, sized for the worst-case routing (so the arena does not depend on where the
+# tokens went).
+moe=(model.family=mixtral model.n_kv_head=2 model.moe.experts=4)
+case_ 1 "1 rank, mixtral 4 experts" "${moe[@]}"
+case_ 2 "dp 2 = ep 2, mixtral" "${moe[@]}" parallel.ep=2
+case_ 4 "dp 4, ep 2, ZeRO-1, mixtral, 2 buckets per kind" "${moe[@]}" parallel.ep=2 \
+  parallel.zero=1 parallel.bucket_mb=0.05
+case_ 4 "dp 4 = ep 4, ZeRO-3, mixtral, shared expert" "${moe[@]}" parallel.ep=4 parallel.zero=3 \
+  model.moe.shared_experts=1 parallel.bucket_mb=0.05
+case_ 4 "tp 2 + sp, dp 2 = ep 2, mixtral, capacity 1.25" "${moe[@]}" parallel.tp=2 parallel.sp=true \
+  parallel.ep=2 model.moe.capacity_factor=1.25
+case_ 4 "pp 2, dp 2 = ep 2, mixtral, 4 micro-batches, stages 3/1" "${moe[@]}" parallel.pp=2 \
+  parallel.ep=2 train.grad_accum=4 "parallel.stage_layers=[3,1]"
 
 python3 - "$cases" <<'EOF' || failed=1
 import json, sys
