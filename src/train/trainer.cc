@@ -522,8 +522,8 @@ void Trainer::record_moe(StepResult& r, int64_t micro_batches) {
 
 namespace {
 // Per MoE layer, keyed by its index (an object, so that TensorBoard charts every number as
-// moe/layers/L/...): the last micro-batch's tokens per expert as min / mean / max, and the
-// layer's dropped assignments and balancing losses.
+// moe/layers/L/...): the step's tokens per expert (every micro-batch and rank) as min / mean / max,
+// and the layer's dropped assignments and balancing losses.
 nlohmann::json moe_layers_json(const StepResult& r) {
   nlohmann::json out = nlohmann::json::object();
   for (size_t l = 0; l < r.moe_layers.size(); ++l) {

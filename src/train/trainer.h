@@ -51,10 +51,10 @@ struct StepResult {
   // their wait is taken out of compute_s and reported here (exposed communication).
   double tp_comm_s = 0;
   double ep_comm_s = 0;  // exposed waits of the MoE token exchange (ep > 1)
-  // MoE families (model/moe_ffn.h), this rank's: the balancing losses (each times its
-  // coefficient, summed over layers, mean over micro-batches; not part of `loss`), assignments
-  // dropped over capacity (summed over layers and micro-batches), and the last micro-batch's
-  // assignments per expert of each layer.
+  // MoE families (model/moe_ffn.h), over the step's global batch (Trainer::record_moe): the
+  // balancing losses (each times its coefficient, summed over layers, mean over micro-batches and
+  // data-parallel ranks; not part of `loss`), assignments dropped over capacity and assignments
+  // per expert of each layer (summed over micro-batches and ranks).
   double moe_aux_loss = 0, moe_z_loss = 0;
   int64_t moe_dropped = 0;
   std::vector<std::vector<int64_t>> moe_tokens_per_expert;
