@@ -96,10 +96,10 @@ if (( HAVE_DEBIAN )); then
     > "$work/gemm-debian.json"
 fi
 
-# 2. strata. Prints "tokens/s last_loss fraction_of_peak peak_GFLOP/s flops_per_token": tokens/s
-# is the tokens of a step over the mean step time of the steps after the warm-up; the fraction is
-# those tokens/s times the model FLOPs per token over the peak its trainer measured at start
-# (each record's mfu / tokens_per_s is that ratio).
+# 2. strata. Prints "tokens/s last_loss fraction_of_peak peak_GFLOP/s flops_per_token best_tokens/s":
+# tokens/s is the tokens of a step over the mean step time of the steps after the warm-up; the
+# fraction is those tokens/s times the model FLOPs per token over the peak its trainer measured at
+# start (each record's mfu / tokens_per_s is that ratio); best is the fastest timed step's.
 strata_run() {  # CONFIG NAME [--set ...]
   local config=$1 name=$2
   shift 2
@@ -117,12 +117,13 @@ tokens = sum(r["tokens_per_s"] * r["step_ms"] / 1e3 for r in timed)
 tps = tokens / sum(r["step_ms"] / 1e3 for r in timed)
 frac = tps * sum(r["mfu"] / r["tokens_per_s"] for r in timed) / len(timed)
 peak = float(sys.argv[3])
-print("%.1f %.4f %.4f %.0f %.0f" % (tps, recs[-1]["loss"], frac, peak, frac * peak * 1e9 / tps))
+print("%.1f %.4f %.4f %.0f %.0f %.1f" % (tps, recs[-1]["loss"], frac, peak, frac * peak * 1e9 / tps,
+                                        max(r["tokens_per_s"] for r in timed)))
 PY
 }
-read -r moe_tps moe_loss moe_frac moe_peak moe_fpt \
+read -r moe_tps moe_loss moe_frac moe_peak moe_fpt moe_best \
   < <(strata_run configs/mixtral-tiny.toml moe --set model.moe.z_loss_coeff=0)
-read -r dense_tps _ dense_frac dense_peak _ \
+read -r dense_tps _ dense_frac dense_peak _ dense_best \
   < <(strata_run configs/llama-tiny.toml dense --set model.d_ff=512)
 for name in moe dense; do
   if ! grep -q '"tokens_per_s"' "$work/$name/metrics.jsonl" 2>/dev/null; then
@@ -151,11 +152,11 @@ fi
 (( HAVE_DEBIAN )) && torch_run debian-1.13 eager -- "${DEBIAN_ENV[@]}" "$DEBIAN_PY"
 
 python3 - "$work" "$moe_tps" "$moe_loss" "$moe_frac" "$moe_peak" "$moe_fpt" "$dense_tps" \
-  "$dense_frac" "$dense_peak" "${peers[@]}" <<'PY'
+  "$dense_frac" "$dense_peak" "$moe_best" "$dense_best" "${peers[@]}" <<'PY'
 import json, os, sys
 work = sys.argv[1]
-moe, moe_loss, moe_frac, peak, moe_fpt, dense, dense_frac, dense_peak = (
-    float(v) for v in sys.argv[2:10])
+moe, moe_loss, moe_frac, peak, moe_fpt, dense, dense_frac, dense_peak, moe_best, dense_best = (
+    float(v) for v in sys.argv[2:12])
 
 def last_json(path):
     try:
@@ -163,7 +164,8 @@ def last_json(path):
     except (OSError, ValueError, IndexError):
         return None
 
-peers = {p: last_json(os.path.join(work, "peer-%s.json" % p)) for p in sys.argv[10:]}
+peers = {p: last_json(os.path.join(work, "peer-%s.json" % p)) for p in sys.argv[12:]}
+tokens_per_step = 8 * 256  # --batch x --seq-len, configs/mixtral-tiny.toml's
 gemm = {b: last_json(os.path.join(work, "gemm-%s.json" % b)) for b in ("pypi", "debian")}
 torch_fpt = next((r["flops_per_token"] for r in peers.values() if r), None)
 print("f32 GEMM peaks, 2 threads, this run: strata %.0f GFLOP/s (its trainer, at start; %.0f in "
@@ -179,16 +181,18 @@ print("model FLOPs per token, active parameters: strata %.2f M (metrics: mfu x p
 best_peak = max([peak, dense_peak] + [g["gemm_gflops"] for g in gemm.values() if g])
 print("(own peak: the f32 GEMM peak of the row's own library; best peak: the best of them, "
       "%.1f GFLOP/s)" % best_peak)
-print("%-19s %9s %8s %9s %9s %10s" % ("", "tokens/s", "GFLOP/s", "%own-peak", "%best-peak",
-                                       "strata/it"))
-print("%-19s %9.1f %8.1f %8.1f%% %9.1f%% %10s  (last loss %.4f)" % (
+print("(best step: tokens/s of the fastest timed step, the least touched by other load)")
+print("%-19s %9s %8s %9s %9s %10s %10s %10s" % (
+    "", "tokens/s", "GFLOP/s", "%own-peak", "%best-peak", "strata/it", "best step", "strata/it"))
+print("%-19s %9.1f %8.1f %8.1f%% %9.1f%% %10s %10.1f %10s  (last loss %.4f)" % (
     "strata mixtral", moe, moe_frac * peak, 100 * moe_frac, 100 * moe_frac * peak / best_peak,
-    "", moe_loss))
-print("%-19s %9.1f %8.1f %8.1f%% %9.1f%% %10s  (d_ff 512, the same active FLOPs; MoE step / "
-      "dense step = %.2f)" % ("strata dense llama", dense, dense_frac * dense_peak,
-                              100 * dense_frac, 100 * dense_frac * dense_peak / best_peak, "",
-                              dense / moe))
-best = None
+    "", moe_best, "", moe_loss))
+print("%-19s %9.1f %8.1f %8.1f%% %9.1f%% %10s %10.1f %10s  (d_ff 512, the same active FLOPs; MoE "
+      "step / dense step = %.2f, best steps %.2f)" % (
+          "strata dense llama", dense, dense_frac * dense_peak, 100 * dense_frac,
+          100 * dense_frac * dense_peak / best_peak, "", dense_best, "", dense / moe,
+          dense_best / moe_best))
+best = best_step = None
 for name, r in peers.items():
     if not r or "tokens_per_s" not in r:
         print("%-19s did not run" % name)
@@ -199,12 +203,15 @@ for name, r in peers.items():
         r["torch"], r["mode"], r["attn"], r["optimizer"], r["loss_last"])
     if r.get("compile_fallback"):
         note += "; compile fell back: %s" % r["compile_fallback"]
-    print("%-19s %9.1f %8.1f %9s %9.1f%% %9.2fx  (%s)" % (
+    r_best = tokens_per_step / (r["step_ms_min"] / 1e3)
+    print("%-19s %9.1f %8.1f %9s %9.1f%% %9.2fx %10.1f %9.2fx  (%s)" % (
         name, r["tokens_per_s"], r["gflops"],
         "%.1f%%" % (100 * r["gflops"] / own) if own else "n/a", 100 * r["gflops"] / best_peak,
-        moe / r["tokens_per_s"], note))
+        moe / r["tokens_per_s"], r_best, moe_best / r_best, note))
     if best is None or r["tokens_per_s"] > best[1]:
         best = (name, r["tokens_per_s"])
+    if best_step is None or r_best > best_step[1]:
+        best_step = (name, r_best)
 # The count (the trainer's MFU and torch_train.py alike) takes the untied input embedding as
 # 6 x vocab x d_model FLOPs per token, though a lookup multiplies nothing: with it left out, the
 # work actually done, every GFLOP/s above scales by the same factor.
@@ -217,7 +224,8 @@ print("without the input embedding's %.1f M FLOPs/token (a lookup): x %.2f, stra
           ", the best peer %.1f%%" % (100 * best[1] * fpt * 1e-9 * scale / best_peak)
           if best else ""))
 if best:
-    print("best peer: %s %.1f tok/s; strata / best = %.2fx" % (best[0], best[1], moe / best[1]))
+    print("best peer: %s %.1f tok/s; strata / best = %.2fx (by best step: %s, %.2fx)" % (
+        best[0], best[1], moe / best[1], best_step[0], moe_best / best_step[1]))
 else:
     print("no PyTorch peer ran")
     sys.exit(1)
