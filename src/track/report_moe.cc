@@ -278,10 +278,11 @@ std::string moe_section(const std::map<int64_t, json>& metrics) {
   }
   std::string h =
       "<h2>Mixture of experts: expert load</h2>\n<p>Each cell is an expert's share of its layer's "
-      "assignments (tokens &times; top-k) in the last micro-batch of the step(s) of its column, "
-      "on a log scale around the fair share 1/experts: white is balanced, red is more (darkest: "
-      "every assignment on that expert), blue is less (darkest: 1/experts of the fair share or "
-      "none). A column's tooltip names its steps.</p>\n";
+      "assignments (tokens &times; top-k) in the step(s) of its column (each step's global batch: "
+      "its micro-batches and data-parallel ranks together), on a log scale around the fair share "
+      "1/experts: white is balanced, red is more (darkest: every assignment on that expert), blue "
+      "is less (darkest: 1/experts of the fair share or none). A column's tooltip names its "
+      "steps.</p>\n";
   if (!collapsed.empty()) {
     h += "<p class=\"empty\">The collapsed-router detector fired:";
     for (const auto& [l, n] : collapsed)
@@ -291,8 +292,9 @@ std::string moe_section(const std::map<int64_t, json>& metrics) {
   }
   h += "<div class=\"plots\">\n" + maps + "</div>\n";
   h += "<p>Step " + std::to_string(last_step) +
-       ", per MoE layer: tokens per expert (last micro-batch) and the step's balancing losses and "
-       "dropped assignments.</p>\n<table class=\"grid\" data-table=\"moe\"><tr><th>MoE layer</th>"
+       ", per MoE layer: tokens per expert (the step's global batch) and the step's balancing "
+       "losses and dropped assignments.</p>\n<table class=\"grid\" data-table=\"moe\"><tr><th>MoE "
+       "layer</th>"
        "<th>experts</th><th>tokens min</th><th>mean</th><th>max</th><th>max share</th>"
        "<th>aux loss</th><th>z loss</th><th>dropped</th></tr>\n" +
        table + "</table>\n";
