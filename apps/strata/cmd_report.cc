@@ -1,5 +1,5 @@
 // strata report RUN_DIR: one self-contained HTML page with the run's curves, memory, step-time
-// breakdown, config and environment (RUN_DIR/report.html, or -o FILE).
+// breakdown, a MoE run's expert load, config and environment (RUN_DIR/report.html, or -o FILE).
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -18,7 +18,7 @@ Command add_report_command(CLI::App& parent) {
   CLI::App* app = parent.add_subcommand(
       "report",
       "write an HTML report of a run: loss, lr, grad norm, throughput, MFU, memory, "
-      "step-time breakdown, config and environment");
+      "step-time breakdown, expert load (MoE), config and environment");
   app->add_option("run_dir", o->dir, "the run directory, e.g. runs/tiny")->required();
   app->add_option("-o,--output", o->output, "the HTML file (default RUN_DIR/report.html)");
   return {app, [o] {

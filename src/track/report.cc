@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "io/atomic_file.h"
 #include "track/environment.h"
+#include "track/report_moe.h"
 #include "track/report_svg.h"
 
 namespace strata {
@@ -345,6 +346,7 @@ std::string render_report(const std::string& run_dir) {
                              train.value("precision", std::string("f32")))));
   }
   h += "</table>\n<h2>Training</h2>\n<div class=\"plots\">\n" + plots + "</div>\n";
+  h += report::moe_section(m);  // "" for a dense run
   if (!time_rows.empty())
     h += "<h2>Where a step's time goes</h2>\n<p>Mean over " +
          (skip ? "the steps after the first (which pays one-time costs)"

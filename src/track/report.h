@@ -1,7 +1,8 @@
 // strata report: one self-contained HTML page for a run directory (inline SVG plots, no scripts,
 // nothing fetched): loss and validation loss, learning rate, gradient norm, throughput, MFU,
 // memory by category, the step-time breakdown and the communication share, with a summary, the
-// run's config and the environment it ran in, and the profiler's trace when there is one.
+// run's config and the environment it ran in, the profiler's trace when there is one, and for a
+// mixture-of-experts run the expert load per layer (report_moe.h).
 #pragma once
 #include <string>
 

@@ -8,7 +8,10 @@ writes RUN_DIR/report.html with `strata report`, then
      each of the eight plots is an <svg> whose series are <path> elements with at least two
      points each (loss with val_loss, memory and step time with several categories);
   2. takes a screenshot and checks, pixel by pixel, that the loss and val_loss colours are on it
-     (the browser really drew the curves) and that the image is not blank.
+     (the browser really drew the curves) and that the image is not blank;
+  3. writes a mixture-of-experts run's metrics.jsonl (2 MoE layers of 4 experts, 150 steps, one
+     layer collapsing onto one expert), reports it and checks in the DOM that each expert-load
+     heat map has its 75 x 4 cells, the collapsed expert's in the darkest red.
 Needs Debian's `chromium` (scripts/install_deps.sh); exits 77 (ctest: skipped) without it, or 1
 (failed) when CI is set.
 Registered in ctest (tests/CMakeLists.txt).
@@ -64,6 +67,48 @@ class PlotParser(html.parser.HTMLParser):
     def handle_endtag(self, tag):
         if tag == "svg":
             self.current = None
+
+
+class HeatMapParser(html.parser.HTMLParser):
+    """Collects, per <svg class="heatmap">, the fill of each <rect class="cell">."""
+
+    def __init__(self):
+        super().__init__()
+        self.maps = {}
+        self.current = None
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "svg" and "heatmap" in (a.get("class") or "").split():
+            self.current = a.get("data-heatmap")
+            self.maps[self.current] = []
+        elif tag == "rect" and self.current and "cell" in (a.get("class") or "").split():
+            self.maps[self.current].append(a.get("fill"))
+
+    def handle_endtag(self, tag):
+        if tag == "svg":
+            self.current = None
+
+
+def check_moe_heat_map(strata, binary, work):
+    run = os.path.join(work, "moe_run")
+    os.makedirs(run)
+    with open(os.path.join(run, "metrics.jsonl"), "w") as f:
+        for step in range(1, 151):
+            layer1 = [0, 0, 128, 0] if step > 100 else [32, 32, 32, 32]
+            f.write(json.dumps({"step": step, "loss": 5.0, "moe": {
+                "aux_loss": 0.04, "z_loss": 0.0, "dropped": 0,
+                "tokens_per_expert": [[32, 32, 32, 32], layer1]}}) + "\n")
+    subprocess.run([strata, "report", run], check=True, capture_output=True, text=True)
+    dom = chromium(binary, "--dump-dom", "file://" + os.path.join(run, "report.html"))
+    assert dom.returncode == 0 and "</html>" in dom.stdout, dom.stderr[-2000:]
+    parser = HeatMapParser()
+    parser.feed(dom.stdout)
+    cells = {k: len(v) for k, v in parser.maps.items()}
+    assert cells == {"moe-layer-0": 300, "moe-layer-1": 300}, f"heat map cells {cells}"
+    collapsed = parser.maps["moe-layer-1"][50 * 4 + 2::4]  # expert 2 from column 50 (step 101) on
+    assert collapsed == ["#b2182b"] * 25, f"collapsed expert's cells {collapsed}"
+    return cells
 
 
 def read_png(path):
@@ -177,8 +222,11 @@ def main():
                         want[c] += 1
         assert len(colours) > 16, f"the screenshot looks blank ({len(colours)} colours)"
         assert all(n >= 30 for n in want.values()), f"curve pixels found: {want}"
+        # 3. A MoE run's expert-load heat maps.
+        cells = check_moe_heat_map(strata, binary, work)
         print(f"report drawn: {sorted((k, len(v)) for k, v in parser.plots.items())}; "
-              f"screenshot {width}x{height}, {len(colours)} colours, curve pixels {list(want.values())}")
+              f"screenshot {width}x{height}, {len(colours)} colours, curve pixels {list(want.values())}; "
+              f"MoE heat map cells {cells}")
         return 0
     finally:
         shutil.rmtree(work, ignore_errors=True)
