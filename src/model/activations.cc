@@ -30,6 +30,9 @@ void moe_buffers(LayerActivations& l, const ModelConfig& cfg, const ModelShard& 
   l.moe_expert_idx = arena.template alloc<int32_t>(category, n * k, "moe expert indices");
   l.moe_tokens_per_expert = arena.template alloc<int64_t>(category, e, "moe tokens per expert");
   l.moe_offsets = arena.template alloc<int64_t>(category, e + 1, "moe expert offsets");
+  if (cfg.moe.aux_loss_scope == MoeAuxScope::global && cfg.moe.aux_loss_coeff > 0)
+    l.moe_balance_counts =
+        arena.template alloc<int64_t>(category, e, "moe loads over the batch's ranks");
   l.moe_token_row = arena.template alloc<int32_t>(category, n * k, "moe token rows");
   l.moe_row_token = arena.template alloc<int32_t>(category, rows, "moe row tokens");
   if (shard.ep == 1) {

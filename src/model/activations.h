@@ -44,6 +44,7 @@ struct LayerActivations {
   int32_t* moe_expert_idx = nullptr;         // [n, k]
   int64_t* moe_tokens_per_expert = nullptr;  // [e]
   int64_t* moe_offsets = nullptr;            // [e + 1]
+  int64_t* moe_balance_counts = nullptr;     // [e] the loads over the batch (aux_loss_scope global)
   int32_t* moe_token_row = nullptr;          // [n, k]
   int32_t* moe_row_token = nullptr;          // [n * k]
   float* moe_xs = nullptr;                   // [rows, c] permuted normalised input (ep = 1)

@@ -17,6 +17,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "kernels/backend.h"
 #include "model/activations.h"
@@ -110,6 +111,9 @@ struct BlockRun {
   // rebuilds a layer for backward (full recomputation: its statistics are not counted again).
   const ExpertParallel* ep = nullptr;
   bool rebuilding = false;
+  // The groups of ranks holding other rows of the same micro-batch (dp, and tp under sp), whose
+  // loads the auxiliary loss adds with model.moe.aux_loss_scope = "global" (empty: none).
+  const std::vector<Comm*>* batch_groups = nullptr;
 
   int64_t n() const { return b * t; }
   int64_t ns() const { return shard.local_rows(b * t); }  // rows of the residual stream held

@@ -37,6 +37,17 @@ struct EnumNames<MoeActivation> {
   static constexpr std::string_view names[] = {"swiglu", "gelu"};
 };
 
+// model.moe.aux_loss_scope: the tokens whose load the auxiliary loss balances. "micro_batch": each
+// rank's own rows of its micro-batch (Megatron-Core's default "aux_loss"); "global": the loads of
+// all the ranks holding rows of the same micro-batch (data parallelism, and tensor parallelism
+// under sp) are added first, as Qwen's global-batch balancing, which makes the loss independent
+// of how the batch is cut into ranks (one all-reduce of e counts per layer and micro-batch).
+enum class MoeAuxScope { micro_batch, global };
+template <>
+struct EnumNames<MoeAuxScope> {
+  static constexpr std::string_view names[] = {"micro_batch", "global"};
+};
+
 // model.moe.*: the sparse FFN of the MoE families, mixtral and qwen3_moe (experts = 0: a dense
 // model). Defaults are Mixtral 8x7B's, and Hugging Face's router_aux_loss_coef.
 struct MoeConfig {
@@ -47,7 +58,8 @@ struct MoeConfig {
   bool normalize_topk = true;    // the chosen weights renormalised to sum to 1 (Mixtral)
   float routed_scale = 1.0f;     // the weights' scale after that (DeepSeek's routed_scaling_factor)
   float aux_loss_coeff = 0.02f;  // Switch/GShard load-balancing loss, per layer
-  float z_loss_coeff = 0.0f;     // ST-MoE router z-loss, per layer
+  MoeAuxScope aux_loss_scope = MoeAuxScope::micro_batch;
+  float z_loss_coeff = 0.0f;  // ST-MoE router z-loss, per layer
   // 0: dropless; > 0: each expert takes at most ceil(factor * n * k / experts) of a
   // micro-batch's n tokens, the rest of its assignments are dropped.
   double capacity_factor = 0.0;

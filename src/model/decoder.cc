@@ -56,6 +56,7 @@ Decoder::Decoder(const ModelConfig& config, Arena& arena, int64_t batch, int64_t
   STRATA_CHECK(shard_.ep == (o.ep ? o.ep->size() : 1),
                "Decoder: the shard's ep does not match the expert-parallel group");
   ep_ = ExpertParallel(o.ep);
+  batch_groups_ = o.batch_groups;
   precision_ = o.precision;
   STRATA_CHECK(precision_ == DType::f32 || precision_ == DType::bf16 || precision_ == DType::f16,
                "Decoder: precision must be f32, bf16 or f16");
@@ -102,8 +103,17 @@ Decoder::Decoder(const ModelConfig& config, Arena& arena, int64_t batch, int64_t
 Decoder::Decoder(const ModelConfig& config, Arena& arena, int64_t batch, int64_t seq_len, int slots,
                  const std::function<void(ParamStore&)>& plan)
     : Decoder(config, arena, batch, seq_len,
-              DecoderOptions{
-                  slots, {}, plan, std::nullopt, nullptr, nullptr, {}, DType::f32, nullptr}) {}
+              DecoderOptions{slots,
+                             {},
+                             plan,
+                             std::nullopt,
+                             nullptr,
+                             nullptr,
+                             {},
+                             DType::f32,
+                             nullptr,
+                             false,
+                             {}}) {}
 
 const float* Decoder::head_weight() const {
   return params_.param(index_.head >= 0 ? index_.head : index_.embed);
@@ -159,9 +169,21 @@ void Decoder::release_layer_params(int layer) {
 
 BlockRun Decoder::block_run(int layer, const ActivationStore& a) {
   MoeLayerStats* moe = moe_stats_.empty() ? nullptr : &moe_stats_[static_cast<size_t>(layer)];
-  return BlockRun{
-      backend_, config_, shard_, tp_,         params_, scratch_, linear_, index_.blocks[layer],
-      a.b,      a.t,     moe,    loss_scale_, &ep_};
+  return BlockRun{backend_,
+                  config_,
+                  shard_,
+                  tp_,
+                  params_,
+                  scratch_,
+                  linear_,
+                  index_.blocks[layer],
+                  a.b,
+                  a.t,
+                  moe,
+                  loss_scale_,
+                  &ep_,
+                  false,
+                  batch_groups_.empty() ? nullptr : &batch_groups_};
 }
 
 // ---- forward -----------------------------------------------------------------------------------

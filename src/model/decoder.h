@@ -83,6 +83,9 @@ struct DecoderOptions {
   // (model/activation_offload.h): the device keeps a window of two blocks' worth. The whole depth
   // in one activation slot only (no pipeline chunks), and no full recomputation.
   bool offload_activations = false;
+  // The groups of ranks holding other rows of the same micro-batch (dp, and tp under sp): an MoE
+  // model with model.moe.aux_loss_scope = "global" adds their loads before the auxiliary loss.
+  std::vector<Comm*> batch_groups;
 };
 
 class Decoder {
@@ -205,6 +208,7 @@ class Decoder {
   ModelShard shard_;
   TensorParallel tp_;
   ExpertParallel ep_;
+  std::vector<Comm*> batch_groups_;  // DecoderOptions::batch_groups
   Arena& arena_;
   Backend& backend_;
   int64_t batch_, seq_len_;

@@ -45,6 +45,35 @@ void act_backward(Backend& k, MoeActivation act, float* dpre, const float* pre, 
     k.gelu_backward(dpre, pre, dh, rows * f);
 }
 
+// The auxiliary loss's loads and coefficient. Scope "micro_batch": this rank's loads and the
+// coefficient. Scope "global": the loads added over the R ranks holding rows of the micro-batch
+// (kept in l.moe_balance_counts for backward; `gather` in forward) and the coefficient / R: with
+// f from the global loads, each rank's loss coeff/R * e * sum f P_rank averages (and its gradient
+// sums) over the ranks to coeff * e * sum f P_global, the loss of one process holding all rows.
+struct AuxTerms {
+  const int64_t* counts;
+  float coeff;
+};
+AuxTerms aux_terms(BlockRun& r, LayerActivations& l, bool gather) {
+  const MoeConfig& m = r.cfg.moe;
+  if (m.aux_loss_scope != MoeAuxScope::global || !r.batch_groups)
+    return {l.moe_tokens_per_expert, m.aux_loss_coeff};
+  int ranks = 1;
+  for (Comm* g : *r.batch_groups) ranks *= g->size();
+  if (gather) {
+    const int64_t e = m.experts;
+    std::vector<int64_t> wide(static_cast<size_t>(e));
+    std::vector<int32_t> load(static_cast<size_t>(e));
+    r.k.copy_to_host(wide.data(), l.moe_tokens_per_expert, wide.size() * sizeof(int64_t));
+    for (int64_t x = 0; x < e; ++x) load[x] = static_cast<int32_t>(wide[x]);
+    for (Comm* g : *r.batch_groups)
+      if (g->size() > 1) g->all_reduce(load.data(), e, DType::i32, ReduceOp::sum)->wait();
+    for (int64_t x = 0; x < e; ++x) wide[x] = load[x];
+    r.k.copy_from_host(l.moe_balance_counts, wide.data(), wide.size() * sizeof(int64_t));
+  }
+  return {l.moe_balance_counts, m.aux_loss_coeff / static_cast<float>(ranks)};
+}
+
 // The last of a device int64 array (the dispatch plan's row count), on the host.
 int64_t last_of(Backend& k, const int64_t* offsets, int64_t e) {
   int64_t v = 0;
@@ -167,6 +196,10 @@ void moe_ffn_forward(BlockRun& r, LayerActivations& l) {
            1.0f, l.resid_out, c);
   }
   k.add_inplace(l.resid_out, l.resid_mid, n * c);
+  // The global loads are gathered on every forward, a rebuilding one too (its backward reads
+  // them; every rank rebuilds the same layers in the same order).
+  const AuxTerms aux = m.aux_loss_coeff > 0 ? aux_terms(r, l, /*gather=*/true)
+                                            : AuxTerms{l.moe_tokens_per_expert, 0.0f};
 
   if (r.rebuilding) return;  // counted when the layer first ran
   MoeLayerStats& st = *r.moe;
@@ -177,8 +210,7 @@ void moe_ffn_forward(BlockRun& r, LayerActivations& l) {
   st.tokens_per_expert.resize(load.size(), 0);
   for (size_t x = 0; x < load.size(); ++x) st.tokens_per_expert[x] += load[x];
   if (m.aux_loss_coeff > 0)
-    st.aux_loss += k.moe_aux_loss_forward(m.gating, l.moe_probs, l.moe_tokens_per_expert, n, e, top,
-                                          m.aux_loss_coeff);
+    st.aux_loss += k.moe_aux_loss_forward(m.gating, l.moe_probs, aux.counts, n, e, top, aux.coeff);
   if (m.z_loss_coeff > 0) st.z_loss += k.moe_z_loss_forward(logits, n, e, m.z_loss_coeff);
 }
 
@@ -230,9 +262,11 @@ void moe_ffn_backward(BlockRun& r, LayerActivations& l) {
   k.moe_route_backward(m.gating, s.moe_dlogits, s.moe_dweight, l.moe_probs, l.moe_expert_idx, n, e,
                        top, m.normalize_topk, m.routed_scale);
   const float weight = r.loss_scale * static_cast<float>(n);
-  if (m.aux_loss_coeff > 0)
-    k.moe_aux_loss_backward(m.gating, s.moe_dlogits, l.moe_probs, l.moe_tokens_per_expert, n, e,
-                            top, m.aux_loss_coeff * weight);
+  if (m.aux_loss_coeff > 0) {
+    const AuxTerms aux = aux_terms(r, l, /*gather=*/false);
+    k.moe_aux_loss_backward(m.gating, s.moe_dlogits, l.moe_probs, aux.counts, n, e, top,
+                            aux.coeff * weight);
+  }
   if (m.z_loss_coeff > 0)
     k.moe_z_loss_backward(s.moe_dlogits, l.moe_logits, n, e, m.z_loss_coeff * weight);
   k.linear_backward(DType::f32, s.moe_drows, r.G(p.router_w), nullptr, s.moe_dlogits, l.mlp_norm,

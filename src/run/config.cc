@@ -97,6 +97,7 @@ const Field kFields[] = {
     STRATA_FIELD(model.moe, normalize_topk),
     STRATA_FIELD(model.moe, routed_scale),
     STRATA_FIELD(model.moe, aux_loss_coeff),
+    STRATA_FIELD(model.moe, aux_loss_scope),
     STRATA_FIELD(model.moe, z_loss_coeff),
     STRATA_FIELD(model.moe, capacity_factor),
     STRATA_FIELD(model.moe, shared_experts),

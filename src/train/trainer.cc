@@ -136,6 +136,9 @@ void Trainer::build_model() {
   std::vector<PipelineAction> actions;
   if (layout.tp > 1) o.tp = &groups_->tp();
   if (layout.ep > 1) o.ep = &groups_->ep();
+  // The ranks holding other rows of each micro-batch, for the MoE global-batch balancing loss.
+  o.batch_groups = {&groups_->dp()};
+  if (config_.parallel.sp && layout.tp > 1) o.batch_groups.push_back(&groups_->tp());
   if (layout.pp > 1) {
     actions = make_schedule(plan.schedule, layout.pp, static_cast<int>(micro_batches_),
                             plan.shard.vpp, at.pp);

@@ -86,11 +86,13 @@ RunConfig config_for(const Case& k, int64_t batch, int64_t accum, const std::str
       cat("train.grad_accum=", accum),
       cat("parallel.ep=", k.ep)};
   if (k.family == "mixtral") {
-    // 8 experts of width 32, 2 per token, with the z-loss. The auxiliary loss is off: it is
-    // computed over each rank's micro-batch (as Megatron-Core's default), so its value, unlike
-    // the per-token losses', depends on how the global batch is cut into ranks.
+    // 8 experts of width 32, 2 per token, with the z-loss and the auxiliary loss over the global
+    // batch (aux_loss_scope "global": the loads of all data-parallel ranks, and tp ranks under
+    // sp, added first). Over each rank's own rows ("micro_batch", Megatron-Core's default) the
+    // auxiliary loss depends on how the batch is cut into ranks, so no layout could match.
     for (const char* o : {"model.moe.experts=8", "model.moe.top_k=2", "model.moe.expert_ffn=32",
-                          "model.moe.aux_loss_coeff=0", "model.moe.z_loss_coeff=1e-3"})
+                          "model.moe.aux_loss_coeff=0.05", "model.moe.aux_loss_scope=global",
+                          "model.moe.z_loss_coeff=1e-3"})
       overrides.push_back(o);
   }
   RunConfig c = parse_config(

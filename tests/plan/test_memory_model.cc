@@ -213,7 +213,8 @@ TEST(MemoryModel, OneProcessMatchesTheArenaExactly) {
             "model.moe.shared_experts=2", "model.moe.shared_ffn=24"},
            {"model.family=mixtral", "model.n_kv_head=2", "model.moe.experts=4",
             "model.moe.shared_experts=1", "model.moe.activation=gelu",
-            "model.moe.gating=sigmoid_bias", "model.moe.bias_update_rate=0.001"},
+            "model.moe.gating=sigmoid_bias", "model.moe.bias_update_rate=0.001",
+            "model.moe.aux_loss_scope=global"},
            // qwen3_moe: the head norms' kept q, k beside the MoE layer's tensors.
            {"model.family=qwen3_moe", "model.n_kv_head=2", "model.head_dim=12",
             "model.moe.experts=4", "model.moe.normalize_topk=false"},
