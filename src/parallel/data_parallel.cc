@@ -14,11 +14,7 @@ constexpr int kParamSlots = 3;  // in use, prefetched, and a tied head's embeddi
 }  // namespace
 
 DataParallel::DataParallel(Comm& dp, const DataParallelOptions& options, Comm* expert_dp)
-    : comm_(dp),
-      expert_comm_(expert_dp ? expert_dp : &dp),
-      opt_(options),
-      rank_(dp.rank()),
-      size_(dp.size()) {
+    : comm_(dp), expert_comm_(expert_dp ? expert_dp : &dp), opt_(options), size_(dp.size()) {
   STRATA_CHECK(opt_.zero >= 0 && opt_.zero <= 3, "parallel.zero: stage ", opt_.zero,
                " does not exist (0, 1, 2 or 3)");
   STRATA_CHECK(opt_.bucket_elements >= 1, "parallel.bucket_mb: must be positive");

@@ -184,7 +184,7 @@ class DataParallel : public GroupHooks {
   Comm* expert_comm_;  // edp (or dp)
   DataParallelOptions opt_;
   ParamStore* params_ = nullptr;
-  int rank_ = 0, size_ = 1;
+  int size_ = 1;  // of the dp group (each bucket keeps its own group's rank and size)
   std::vector<Bucket> buckets_;
   std::vector<int> bucket_of_group_;
   int64_t shard_size_ = 0, max_padded_ = 0, max_slice_ = 0;

@@ -639,25 +639,25 @@ RunConfig parse_config(const std::string& toml_text, const std::string& source,
   return c;
 }
 
-RunConfig load_config(const std::string& path, const std::vector<std::string>& overrides) {
+namespace {
+std::string read_config_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in)
     fail("cannot read config file '", path, "': ", std::strerror(errno),
          " (start from configs/tiny.toml, e.g. copy it and edit)");
   std::ostringstream text;
   text << in.rdbuf();
-  return parse_config(text.str(), path, overrides);
+  return text.str();
+}
+}  // namespace
+
+RunConfig load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  return parse_config(read_config_file(path), path, overrides);
 }
 
 RunConfig load_config_for_plan(const std::string& path, const std::vector<std::string>& overrides,
                                std::vector<std::string>& engine_limits) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    fail("cannot read config file '", path, "': ", std::strerror(errno),
-         " (start from configs/tiny.toml, e.g. copy it and edit)");
-  std::ostringstream text;
-  text << in.rdbuf();
-  return parse_config(text.str(), path, overrides, &engine_limits);
+  return parse_config(read_config_file(path), path, overrides, &engine_limits);
 }
 
 nlohmann::json config_to_json(const RunConfig& config) {

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "track/report.h"
 #include "track/report_svg.h"
+#include "track/report_test_util.h"
 
 namespace strata {
 
@@ -20,16 +21,11 @@ namespace {
 namespace fs = std::filesystem;
 
 fs::path fresh_dir(const std::string& name) {
-  const fs::path p = fs::temp_directory_path() / cat("strata_report_", ::getpid(), "_", name);
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p;
+  return testing::fresh_report_dir("report", name);
 }
 
 int count(const std::string& text, const std::string& what) {
-  int n = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
+  return testing::count_of(text, what);
 }
 
 // The data-points of each series path in the svg of plot `id`.

@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "track/report.h"
 #include "track/report_moe.h"
+#include "track/report_test_util.h"
 
 namespace strata {
 
@@ -22,16 +23,11 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 fs::path fresh_dir(const std::string& name) {
-  const fs::path p = fs::temp_directory_path() / cat("strata_report_moe_", ::getpid(), "_", name);
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p;
+  return testing::fresh_report_dir("report_moe", name);
 }
 
 int count(const std::string& text, const std::string& what) {
-  int n = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
+  return testing::count_of(text, what);
 }
 
 // The <svg> of layer `layer`'s heat map, or "".
