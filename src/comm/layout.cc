@@ -39,10 +39,11 @@ int Layout::rank_of(Coord c) const {
 
 std::string Layout::describe() const {
   return cat("tp=", tp, " pp=", pp, " dp=", dp, ep > 1 ? cat(" ep=", ep) : std::string(),
+             cp > 1 ? cat(" cp=", cp) : std::string(),
              " zero=", zero, " (world ", world(), ")");
 }
 
-Layout resolve_layout(int tp, int pp, int dp, int zero, int world_size, int ep) {
+Layout resolve_layout(int tp, int pp, int dp, int zero, int world_size, int ep, int cp) {
   STRATA_CHECK(world_size >= 1, "parallel layout: world size ", world_size, " must be >= 1");
   STRATA_CHECK(tp >= 1, "parallel.tp must be >= 1 (got ", tp, ")");
   STRATA_CHECK(pp >= 1, "parallel.pp must be >= 1 (got ", pp, ")");
@@ -70,7 +71,13 @@ Layout resolve_layout(int tp, int pp, int dp, int zero, int world_size, int ep) 
     fail("parallel.ep=", ep, " does not divide the data-parallel size ", dp,
          ": expert parallelism is carved out of data parallelism (tp=", tp, " x pp=", pp,
          " leaves dp=", dp, " of world ", world_size, "); parallel.ep can be ", divisors_text(dp));
+  STRATA_CHECK(cp >= 1, "parallel.cp must be >= 1 (got ", cp, ")");
+  if (dp % cp != 0)
+    fail("parallel.cp=", cp, " does not divide the data-parallel size ", dp,
+         ": context parallelism is carved out of data parallelism (tp=", tp, " x pp=", pp,
+         " leaves dp=", dp, " of world ", world_size, "); parallel.cp can be ", divisors_text(dp));
   Layout l;
+  l.cp = cp;
   l.ep = ep;
   l.tp = tp;
   l.pp = pp;

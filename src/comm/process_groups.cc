@@ -41,6 +41,8 @@ ProcessGroups ProcessGroups::create(const Layout& layout) {
   const int fixed = c.pp * layout.tp + c.tp;
   g.ep_ = split(*world, fixed * layout.edp() + edp_rank, ep_rank, "ep");
   g.edp_ = split(*world, fixed * layout.ep + ep_rank, edp_rank, "edp");
+  // Within dp: cp groups of adjacent dp ranks (the data replica dp / cp fixed).
+  g.cp_ = split(*world, fixed * layout.replicas() + c.dp / layout.cp, c.dp % layout.cp, "cp");
   g.mpi_ = {world.get(), dp.get(), tp.get(), pp.get()};
   g.world_ = std::move(world);
   g.dp_ = std::move(dp);
@@ -57,6 +59,7 @@ ProcessGroups ProcessGroups::single() {
   g.pp_ = std::make_unique<SelfComm>("pp");
   g.ep_ = std::make_unique<SelfComm>("ep");
   g.edp_ = std::make_unique<SelfComm>("edp");
+  g.cp_ = std::make_unique<SelfComm>("cp");
   return g;  // Layout{} is tp = pp = dp = 1, zero 0; the coordinate is (0, 0, 0)
 }
 
@@ -78,7 +81,8 @@ std::vector<Comm*> ProcessGroups::all_active() const {
           active(tp_, routes_.tp),
           active(pp_, routes_.pp),
           ep_.get(),
-          edp_.get()};
+          edp_.get(),
+          cp_.get()};
 }
 
 void ProcessGroups::set_step(int64_t step) {

@@ -7,6 +7,8 @@
 //       token exchange of a Mixture-of-Experts layer (all-to-all),
 //   edp: the dp ranks of equal ep rank, which hold the same experts: their gradient reduction
 //       and ZeRO sharding (with ep = 1, the same ranks as dp),
+//   cp: the cp adjacent dp ranks of one context-parallel group (Layout: cp carved out of dp): the
+//       ring's send/recv of key/value blocks, or Ulysses' all-to-all,
 //   world: all ranks (a duplicate of MPI_COMM_WORLD, so that its messages never mix with others).
 // Group rank = the coordinate along the group's axis, so group rank r of dp is data replica r.
 // A process that runs alone has the groups of a one-rank layout (single()): every group is a
@@ -36,6 +38,7 @@ class ProcessGroups {
   Comm& pp() { return *active(pp_, routes_.pp); }
   Comm& ep() { return *ep_; }
   Comm& edp() { return *edp_; }
+  Comm& cp() { return *cp_; }
   // The groups are MPI communicators (create), not a lone process's (single).
   bool has_mpi() const { return mpi_.world != nullptr; }
   // The MPI communicators themselves (what a route wraps, whatever is installed); has_mpi() only.
@@ -73,6 +76,7 @@ class ProcessGroups {
   std::unique_ptr<Comm> world_, dp_, tp_, pp_;  // MpiComm (create) or SelfComm (single)
   // The expert groups (MoE runs on the CPU only, so they have no routes).
   std::unique_ptr<Comm> ep_, edp_;
+  std::unique_ptr<Comm> cp_;  // context parallelism (CPU only so far, so no route either)
   struct {
     MpiComm *world = nullptr, *dp = nullptr, *tp = nullptr, *pp = nullptr;
   } mpi_;          // the same objects as MPI communicators; null for single()

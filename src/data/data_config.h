@@ -41,6 +41,12 @@ struct DataConfig {
   bool verify_checksums = true;
   FilterConfig filters;
   DedupMode dedup = DedupMode::none;  // the first of identical (or near) documents is kept
+  // Packed sequences attend within their own documents only, positions restarting at each one:
+  // a document ends at each end-of-document token (model/context_attention.h).
+  bool document_mask = false;
+  // The end-of-document token id: -1 takes the prepared tokenizer's (<|endoftext|>,
+  // <|end_of_text|> or </s>); synthetic data has none unless it is set.
+  int64_t eos_id = -1;
 };
 
 }  // namespace strata

@@ -104,10 +104,12 @@ class Backend {
   virtual void embedding_range_backward(float* dwte_rows, const float* dout, const int32_t* tokens,
                                         int64_t vocab_begin, int64_t vocab_count, int64_t n,
                                         int64_t c) = 0;
+  // `positions` (host-visible int32 per row of the micro-batch; null: row % t): the position of
+  // each row, as context parallelism and document masking give them.
   virtual void positions_add_forward(float* out, const float* wpe, int64_t first_row, int64_t n,
-                                     int64_t t, int64_t c) = 0;
+                                     int64_t t, int64_t c, const int32_t* positions) = 0;
   virtual void positions_add_backward(float* dwpe, const float* dout, int64_t first_row, int64_t n,
-                                      int64_t t, int64_t c) = 0;
+                                      int64_t t, int64_t c, const int32_t* positions) = 0;
 
   // ---- norms, activations, RoPE
   // ------------------------------------------------------------------
@@ -125,8 +127,11 @@ class Backend {
   virtual void swiglu_forward(float* y, const float* gate_up, int64_t n, int64_t f) = 0;
   virtual void swiglu_backward(float* dgate_up, const float* gate_up, const float* dy, int64_t n,
                                int64_t f) = 0;
-  virtual void rope_forward(float* qkv, const AttentionShape& s, const RopeSpec& rope) = 0;
-  virtual void rope_backward(float* dqkv, const AttentionShape& s, const RopeSpec& rope) = 0;
+  // positions: each row's position (null: row % t), as positions_add_forward.
+  virtual void rope_forward(float* qkv, const AttentionShape& s, const RopeSpec& rope,
+                            const int32_t* positions) = 0;
+  virtual void rope_backward(float* dqkv, const AttentionShape& s, const RopeSpec& rope,
+                             const int32_t* positions) = 0;
   virtual void head_rmsnorm_forward(float* qkv, float* pre, float* rstd, const float* wq,
                                     const float* wk, const AttentionShape& s, float eps) = 0;
   virtual void head_rmsnorm_backward(float* dqkv, float* dwq, float* dwk, const float* pre,
@@ -188,6 +193,21 @@ class Backend {
                                         const float* lse, const AttentionShape& s) = 0;
   virtual int64_t flash_attention_backward_scratch(DType qkv_type,
                                                    const AttentionShape& s) const = 0;
+  // Attention with a key range per query row (kernels/cpu/attention_ranges.h: layouts, strides
+  // and the merge rule): the block computation of context parallelism and document masking.
+  virtual void attention_ranges_forward(float* out, float* lse, const float* q, int64_t q_stride,
+                                        const float* k, const float* v, int64_t kv_stride,
+                                        const int32_t* key_begin, const int32_t* key_end,
+                                        const RangeAttentionShape& s) = 0;
+  virtual void attention_ranges_merge(float* out_acc, float* lse_acc, const float* out_part,
+                                      const float* lse_part, const RangeAttentionShape& s) = 0;
+  virtual int64_t attention_ranges_backward_scratch(int64_t head_dim) const = 0;
+  virtual void attention_ranges_backward(float* dq, float* dk, float* dv, float* scratch,
+                                         const float* dout, const float* q, int64_t q_stride,
+                                         const float* k, const float* v, int64_t kv_stride,
+                                         const float* out, const float* lse,
+                                         const int32_t* key_begin, const int32_t* key_end,
+                                         const RangeAttentionShape& s) = 0;
 
   // ---- loss ------------------------------------------------------------------------------------
   // Each returns the sum of the valid rows' losses (synchronising with the device).

@@ -16,6 +16,12 @@ struct AttentionShape {
   int64_t qk_heads() const { return heads + kv_heads; }  // the heads RoPE and head norms touch
 };
 
+// Attention of b items' tq query rows against a block of tk key rows with an explicit key range
+// per query row (kernels/cpu/attention_ranges.h): nh query heads, nkv kv heads, head width hd.
+struct RangeAttentionShape {
+  int64_t b = 0, tq = 0, tk = 0, nh = 0, nkv = 0, hd = 0;
+};
+
 // A linear layer y[rows, out] = x[rows, in] . w[out, in]^T (+ bias): PyTorch's nn.Linear layout.
 struct LinearShape {
   int64_t rows = 0, in = 0, out = 0;

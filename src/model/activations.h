@@ -133,6 +133,7 @@ struct ActivationStore {
   float* ce_stats = nullptr;  // [3n] vocab-parallel cross-entropy: max, sum, target
   bool has_targets = false;
   int64_t b = 0, t = 0;  // shape of the micro-batch it holds
+  int context_slot = 0;  // its masks in the Decoder's ContextAttention
 };
 
 struct GradScratch {

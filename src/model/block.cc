@@ -120,7 +120,7 @@ void norm_backward(Backend& k, const ModelConfig& cfg, NormKind norm, float* dx,
 
 namespace {
 bool bf16_flash(const BlockRun& r) {
-  return bf16_flash_attention(r.linear.precision(), r.cfg);
+  return bf16_flash_attention(r.linear.precision(), r.cfg) && !r.context;
 }
 // What flash attention reads: the bf16 copy of q, k, v where it reads bf16, else the f32 values.
 DType qkv_type(const BlockRun& r) {
@@ -143,7 +143,9 @@ void attention_forward(BlockRun& r, LayerActivations& l, const float* x) {
     k.to_lowp(prec, l.qkv_lp, l.qkv, count);
     if (!bf16_flash(r)) k.from_lowp(prec, l.qkv, l.qkv_lp, count);
   }
-  if (r.cfg.flash_attention())
+  if (r.context)
+    r.context->forward(r.context_slot, l.attn_out, l.lse, l.qkv, r.attention_shape());
+  else if (r.cfg.flash_attention())
     k.flash_attention_forward(qkv_type(r), l.attn_out, l.lse, flash_qkv(r, l), r.attention_shape());
   else
     k.attention_forward(l.attn_out, l.probs, l.qkv, r.attention_shape());
@@ -162,7 +164,10 @@ void attention_backward(BlockRun& r, LayerActivations& l) {
     k.to_lowp(r.linear.precision(), l.attn_out_lp, l.attn_out, n * nh * hd);
   r.linear.backward(s.dattn, r.G(r.p.o_w), r.G(r.p.o_b), dy, r.kept(l.attn_out, l.attn_out_lp),
                     r.p.o_w, n, nh * hd, r.c());
-  if (r.cfg.flash_attention())
+  if (r.context)
+    r.context->backward(r.context_slot, s.dqkv, s.dattn, l.qkv, l.attn_out, l.lse,
+                        r.attention_shape());
+  else if (r.cfg.flash_attention())
     k.flash_attention_backward(qkv_type(r), s.dqkv, s.attn_scratch, s.dattn, flash_qkv(r, l),
                                l.attn_out, l.lse, r.attention_shape());
   else
@@ -201,13 +206,13 @@ void register_rope_attention(ParamStore& p, const ParamSlices& sl, const std::st
 
 void rope_attention_forward(BlockRun& r, LayerActivations& l, const float* x) {
   rms_qkv_forward(r, l, x);
-  r.k.rope_forward(l.qkv, r.attention_shape(), r.cfg.rope());
+  r.k.rope_forward(l.qkv, r.attention_shape(), r.cfg.rope(), r.positions());
   attention_forward(r, l, x);
 }
 
 void rope_attention_backward(BlockRun& r, LayerActivations& l, const float* x) {
   attention_backward(r, l);
-  r.k.rope_backward(r.s.dqkv, r.attention_shape(), r.cfg.rope());
+  r.k.rope_backward(r.s.dqkv, r.attention_shape(), r.cfg.rope(), r.positions());
   rms_qkv_backward(r, l, x);
 }
 
@@ -225,13 +230,13 @@ void qk_norm_attention_forward(BlockRun& r, LayerActivations& l, const float* x)
   rms_qkv_forward(r, l, x);
   r.k.head_rmsnorm_forward(l.qkv, l.qk_pre, l.qk_rstd, r.P(r.p.q_norm_w), r.P(r.p.k_norm_w),
                            r.attention_shape(), r.cfg.norm_eps);
-  r.k.rope_forward(l.qkv, r.attention_shape(), r.cfg.rope());
+  r.k.rope_forward(l.qkv, r.attention_shape(), r.cfg.rope(), r.positions());
   attention_forward(r, l, x);
 }
 
 void qk_norm_attention_backward(BlockRun& r, LayerActivations& l, const float* x) {
   attention_backward(r, l);
-  r.k.rope_backward(r.s.dqkv, r.attention_shape(), r.cfg.rope());
+  r.k.rope_backward(r.s.dqkv, r.attention_shape(), r.cfg.rope(), r.positions());
   r.k.head_rmsnorm_backward(r.s.dqkv, r.G(r.p.q_norm_w), r.G(r.p.k_norm_w), l.qk_pre, l.qk_rstd,
                             r.P(r.p.q_norm_w), r.P(r.p.k_norm_w), r.attention_shape());
   rms_qkv_backward(r, l, x);

@@ -22,6 +22,7 @@
 #include "kernels/backend.h"
 #include "model/activations.h"
 #include "model/config.h"
+#include "model/context_attention.h"
 #include "model/expert_parallel.h"
 #include "model/parallel_linear.h"
 #include "model/params.h"
@@ -114,6 +115,10 @@ struct BlockRun {
   // The groups of ranks holding other rows of the same micro-batch (dp, and tp under sp), whose
   // loads the auxiliary loss adds with model.moe.aux_loss_scope = "global" (empty: none).
   const std::vector<Comm*>* batch_groups = nullptr;
+  // Context parallelism or document masking (null: plain causal attention over the micro-batch),
+  // and the micro-batch's masks there.
+  ContextAttention* context = nullptr;
+  int context_slot = 0;
 
   int64_t n() const { return b * t; }
   int64_t ns() const { return shard.local_rows(b * t); }  // rows of the residual stream held
@@ -125,6 +130,8 @@ struct BlockRun {
   int64_t qkv_width() const { return shard.qkv_width(cfg); }
   AttentionShape attention_shape() const { return {b, t, heads(), kv_heads(), head_dim()}; }
   bool lowp() const { return linear.lowp(); }
+  // Each row's position (null: row % t), for RoPE.
+  const int32_t* positions() const { return context ? context->positions(context_slot) : nullptr; }
   // (Parameter pointers are looked up at each use: a hook may have bound the group to a buffer.)
   float* P(int idx) const { return idx < 0 ? nullptr : params.param(idx); }
   float* G(int idx) const { return idx < 0 ? nullptr : params.grad(idx); }

@@ -92,6 +92,12 @@ Decoder::Decoder(const ModelConfig& config, Arena& arena, int64_t batch, int64_t
           config_, shard_, shard_.chunks[chunk], shard_.chunk_has_embedding(chunk),
           shard_.chunk_has_head(chunk), arena, batch, seq_len, o.recompute, precision_));
   }
+  // Each activation store (chunk, slot) has its masks: the context slot, counted in store order.
+  int context_slots = 0;
+  for (auto& chunk : acts_)
+    for (auto& store : chunk) store->context_slot = context_slots++;
+  context_ = ContextAttention(o.context, config_, shard_, arena, backend_, batch, seq_len,
+                              context_slots);
   scratch_ = GradScratch(config_, shard_, arena, batch, seq_len, precision_, &backend_);
   recompute_ = o.recompute;
   recompute_buffers_ = allocate_recompute_buffers(config_, shard_, recompute_.mode, arena, batch,
@@ -113,6 +119,7 @@ Decoder::Decoder(const ModelConfig& config, Arena& arena, int64_t batch, int64_t
                              DType::f32,
                              nullptr,
                              false,
+                             {},
                              {}}) {}
 
 const float* Decoder::head_weight() const {
@@ -183,7 +190,9 @@ BlockRun Decoder::block_run(int layer, const ActivationStore& a) {
                   loss_scale_,
                   &ep_,
                   false,
-                  batch_groups_.empty() ? nullptr : &batch_groups_};
+                  batch_groups_.empty() ? nullptr : &batch_groups_,
+                  context_.active() ? &context_ : nullptr,
+                  a.context_slot};
 }
 
 // ---- forward -----------------------------------------------------------------------------------
@@ -196,9 +205,12 @@ void Decoder::embedding_forward(ActivationStore& a, const int32_t* tokens) {
   }
   backend_.copy_from_host(a.inputs, tokens, static_cast<size_t>(n) * sizeof(int32_t));
   const float* pos = index_.pos_embed >= 0 ? params_.param(index_.pos_embed) : nullptr;
+  // Context attention gives each row its position (global under cp, restarting per document).
+  const int32_t* positions = context_.active() ? context_.positions(a.context_slot) : nullptr;
   if (!tp_.active()) {
-    backend_.embedding_forward(a.embed_out, a.inputs, params_.param(index_.embed), pos, a.b, a.t,
-                               c);
+    backend_.embedding_forward(a.embed_out, a.inputs, params_.param(index_.embed),
+                               positions ? nullptr : pos, a.b, a.t, c);
+    if (pos && positions) backend_.positions_add_forward(a.embed_out, pos, 0, n, a.t, c, positions);
     return;
   }
   // Vocab-parallel: each rank looks up the tokens of its vocabulary block; the sum over ranks
@@ -210,7 +222,7 @@ void Decoder::embedding_forward(ActivationStore& a, const int32_t* tokens) {
   tp_.reduce_rows(partial, a.embed_out, n, c);
   if (pos)
     backend_.positions_add_forward(a.embed_out, pos, shard_.first_row(n), shard_.local_rows(n), a.t,
-                                   c);
+                                   c, positions);
 }
 
 void Decoder::head_forward(ActivationStore& a) {
@@ -288,8 +300,15 @@ double Decoder::loss(ActivationStore& a, const int32_t* targets, bool backward, 
   return valid > 0 ? sum / static_cast<double>(valid) : 0.0;
 }
 
+void Decoder::prepare_context(ActivationStore& a, const int32_t* doc_start) {
+  if (!context_.active()) return;
+  STRATA_CHECK(a.t == seq_len_, "Decoder: with parallel.cp > 1 or data.document_mask, a "
+               "micro-batch has the planned ", seq_len_, " rows per sequence, not ", a.t);
+  context_.prepare(a.context_slot, doc_start, a.b);
+}
+
 double Decoder::forward(const int32_t* inputs, const int32_t* targets, int64_t b, int64_t t,
-                        int slot) {
+                        int slot, const int32_t* doc_start) {
   STRATA_CHECK(shard_.num_chunks() == 1 && shard_.has_embedding && shard_.has_head,
                "Decoder::forward runs the whole depth; a pipeline stage uses the chunk API");
   STRATA_CHECK(b >= 1 && b <= batch_ && t >= 1 && t <= seq_len_, "Decoder::forward: shape (", b,
@@ -298,6 +317,7 @@ double Decoder::forward(const int32_t* inputs, const int32_t* targets, int64_t b
   a.b = b;
   a.t = t;
   a.has_targets = false;
+  prepare_context(a, doc_start);
   run_forward(0, a, inputs, /*saving=*/false);
   return targets ? loss(a, targets, /*backward=*/false, 0.0f) : 0.0;
 }
@@ -345,12 +365,16 @@ void Decoder::embedding_backward(ActivationStore& a) {
   hooks_->acquire_params(0);
   hooks_->begin_grads(0);
   float* dpos = index_.pos_embed >= 0 ? params_.grad(index_.pos_embed) : nullptr;
+  const int32_t* positions = context_.active() ? context_.positions(a.context_slot) : nullptr;
   if (!tp_.active()) {
-    backend_.embedding_backward(params_.grad(index_.embed), dpos, s.dresid, a.inputs, a.b, a.t, c);
+    backend_.embedding_backward(params_.grad(index_.embed), positions ? nullptr : dpos, s.dresid,
+                                a.inputs, a.b, a.t, c);
+    if (dpos && positions)
+      backend_.positions_add_backward(dpos, s.dresid, 0, n, a.t, c, positions);
   } else {
     if (dpos)
       backend_.positions_add_backward(dpos, s.dresid, shard_.first_row(n), shard_.local_rows(n),
-                                      a.t, c);
+                                      a.t, c, positions);
     const float* d = tp_.gather_rows(s.dresid, s.full_a, n, c);
     backend_.embedding_range_backward(params_.grad(index_.embed), d, a.inputs,
                                       shard_.vocab_begin(config_), shard_.vocab(config_), n, c);
@@ -409,7 +433,7 @@ void Decoder::run_backward(int chunk, ActivationStore& a) {
 }
 
 double Decoder::forward_backward(const int32_t* inputs, const int32_t* targets, float grad_scale,
-                                 int slot) {
+                                 int slot, const int32_t* doc_start) {
   STRATA_CHECK(targets != nullptr, "Decoder::forward_backward needs targets");
   STRATA_CHECK(shard_.num_chunks() == 1 && shard_.has_embedding && shard_.has_head,
                "Decoder::forward_backward runs the whole depth; a pipeline stage uses the chunk "
@@ -417,6 +441,7 @@ double Decoder::forward_backward(const int32_t* inputs, const int32_t* targets, 
   ActivationStore& a = *acts_[0][slot];
   a.b = batch_;
   a.t = seq_len_;
+  prepare_context(a, doc_start);
   run_forward(0, a, inputs, /*saving=*/true);
   const double mean = loss(a, targets, /*backward=*/true, grad_scale);
   run_backward(0, a);
@@ -425,11 +450,13 @@ double Decoder::forward_backward(const int32_t* inputs, const int32_t* targets, 
 
 // ---- chunk API ---------------------------------------------------------------------------------
 
-void Decoder::chunk_forward(int chunk, int slot, const int32_t* tokens) {
+void Decoder::chunk_forward(int chunk, int slot, const int32_t* tokens,
+                            const int32_t* doc_start) {
   ActivationStore& a = *acts_[chunk][slot];
   a.b = batch_;
   a.t = seq_len_;
   a.has_targets = false;
+  prepare_context(a, doc_start);
   run_forward(chunk, a, tokens, /*saving=*/true);
 }
 
@@ -453,7 +480,9 @@ void Decoder::chunk_backward(int chunk, int slot, const float* doutput, float* d
 
 double Decoder::train_flops_per_token() const {
   const double n = static_cast<double>(config_.num_active_params(false));
-  return 6.0 * n + 12.0 * static_cast<double>(config_.n_layer * config_.d_model * seq_len_);
+  // Attention over the whole sequence (under cp each rank holds seq_len_ of its rows).
+  const int64_t t = context_.active() ? context_.split().t : seq_len_;
+  return 6.0 * n + 12.0 * static_cast<double>(config_.n_layer * config_.d_model * t);
 }
 
 }  // namespace strata

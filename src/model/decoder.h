@@ -28,6 +28,7 @@
 #include "model/activation_offload.h"
 #include "model/activations.h"
 #include "model/block.h"
+#include "model/context_attention.h"
 #include "model/config.h"
 #include "model/group_hooks.h"
 #include "model/lowp_weights.h"
@@ -86,6 +87,10 @@ struct DecoderOptions {
   // The groups of ranks holding other rows of the same micro-batch (dp, and tp under sp): an MoE
   // model with model.moe.aux_loss_scope = "global" adds their loads before the auxiliary loss.
   std::vector<Comm*> batch_groups;
+  // Context parallelism and document masking (model/context_attention.h). With cp > 1 the
+  // Decoder's seq_len is this rank's rows per sequence (train.seq_len / cp), and the token and
+  // target arrays hold those rows (ContextSplit: chunks r and 2cp-1-r).
+  ContextOptions context;
 };
 
 class Decoder {
@@ -102,18 +107,23 @@ class Decoder {
   // Forward on host inputs[b*t] (b <= batch, t <= seq_len) through all chunks (a rank holding the
   // whole depth: pp = 1). With targets, computes the per-token losses and returns their mean over
   // valid targets; without, leaves logits for logits().
-  double forward(const int32_t* inputs, const int32_t* targets, int64_t b, int64_t t, int slot = 0);
+  // doc_start (host [b, whole sequence]; null: one document per sequence): where each row's
+  // document begins, for document masking and positions (ContextAttention::prepare); read only
+  // when context attention is active. Likewise below.
+  double forward(const int32_t* inputs, const int32_t* targets, int64_t b, int64_t t, int slot = 0,
+                 const int32_t* doc_start = nullptr);
   // Forward and backward of one micro-batch (pp = 1): accumulates into the gradients
   // dL/dθ * grad_scale where L is the SUM of token losses (so grad_scale = 1/tokens averages).
   // Returns the mean loss over valid targets.
   double forward_backward(const int32_t* inputs, const int32_t* targets, float grad_scale,
-                          int slot = 0);
+                          int slot = 0, const int32_t* doc_start = nullptr);
 
   // ---- chunk API (pipeline executor) ---------------------------------------------------------
   // Forward of chunk `chunk` for the micro-batch in `slot` (full batch and seq_len). The chunk
   // with the embedding reads `tokens`; any other reads chunk_input(chunk, slot), which the
   // caller has filled (the activation received from the previous stage). `tokens`: host memory.
-  void chunk_forward(int chunk, int slot, const int32_t* tokens);
+  void chunk_forward(int chunk, int slot, const int32_t* tokens,
+                     const int32_t* doc_start = nullptr);
   // Device pointers [boundary_elements()].
   float* chunk_input(int chunk, int slot) { return acts_[chunk][slot]->embed_out; }
   const float* chunk_output(int chunk, int slot) const;  // the last layer's output
@@ -185,7 +195,11 @@ class Decoder {
   // A layer's parameter groups (its own, and an MoE layer's experts') are used / done with.
   void acquire_layer_params(int layer);
   void release_layer_params(int layer);
-  bool bf16_flash() const { return bf16_flash_attention(precision_, config_); }
+  bool bf16_flash() const {
+    return bf16_flash_attention(precision_, config_) && !context_.active();
+  }
+  // Positions and masks of the micro-batch in `a` (context attention only).
+  void prepare_context(ActivationStore& a, const int32_t* doc_start);
   NormKind norm() const { return block_->layout().norm; }
   // `saving`: backward follows and reads the saved activations (the offload copies them then).
   void run_forward(int chunk, ActivationStore& a, const int32_t* tokens, bool saving);
@@ -208,6 +222,7 @@ class Decoder {
   ModelShard shard_;
   TensorParallel tp_;
   ExpertParallel ep_;
+  ContextAttention context_;  // DecoderOptions::context (inactive: the causal kernels)
   std::vector<Comm*> batch_groups_;  // DecoderOptions::batch_groups
   Arena& arena_;
   Backend& backend_;

@@ -100,7 +100,8 @@ void PipelineExecutor::release_slot(int mb, int chunk) {
 
 PipelineStepStats PipelineExecutor::run(
     const int32_t* inputs, const int32_t* targets, float grad_scale,
-    const std::function<void(int mb, int chunk)>& before_backward) {
+    const std::function<void(int mb, int chunk)>& before_backward, const int32_t* doc_starts,
+    int64_t doc_stride) {
   PipelineStepStats st;
   const auto t_start = Clock::now();
   const int64_t tokens = model_.batch() * model_.seq_len();
@@ -136,7 +137,8 @@ PipelineStepStats PipelineExecutor::run(
         TraceSpan span("pipeline forward", "pipeline");
         span.arg("micro_batch", mb).arg("chunk", c);
         const auto t0 = Clock::now();
-        model_.chunk_forward(c, s, inputs + mb * tokens);
+        model_.chunk_forward(c, s, inputs + mb * tokens,
+                             doc_starts ? doc_starts + mb * doc_stride : nullptr);
         if (sh.chunk_has_head(c))
           st.loss_sum += model_.chunk_loss(c, s, targets + mb * tokens, true, grad_scale);
         st.compute_s += since(t0);
@@ -201,7 +203,8 @@ PipelineStepStats PipelineExecutor::run(
   return st;
 }
 
-double PipelineExecutor::evaluate(const int32_t* inputs, const int32_t* targets) {
+double PipelineExecutor::evaluate(const int32_t* inputs, const int32_t* targets,
+                                  const int32_t* doc_starts) {
   const ModelShard& sh = model_.shard();
   double loss = 0;
   for (int c = 0; c < v_; ++c) {
@@ -210,7 +213,7 @@ double PipelineExecutor::evaluate(const int32_t* inputs, const int32_t* targets)
       pp_.recv(model_.chunk_input(c, 0), boundary_, DType::f32, (g - 1) % stages_,
                tag(kEvaluation, g, 0))
           ->wait();
-    model_.chunk_forward(c, 0, inputs);
+    model_.chunk_forward(c, 0, inputs, doc_starts);
     if (sh.chunk_has_head(c))
       loss = model_.chunk_loss(c, 0, targets, /*backward=*/false, 0.0f);
     else

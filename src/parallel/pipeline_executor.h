@@ -43,12 +43,16 @@ class PipelineExecutor {
 
   // One step: inputs and targets hold micro_batches micro-batches of batch * seq_len tokens.
   // before_backward(mb, chunk) runs right before each backward (gradient-sync bookkeeping).
+  // doc_starts: the micro-batches' document starts (Decoder::chunk_forward), doc_stride apart;
+  // null without document masking.
   PipelineStepStats run(const int32_t* inputs, const int32_t* targets, float grad_scale,
-                        const std::function<void(int mb, int chunk)>& before_backward);
+                        const std::function<void(int mb, int chunk)>& before_backward,
+                        const int32_t* doc_starts = nullptr, int64_t doc_stride = 0);
 
   // Forward only, one micro-batch through every stage in order (evaluation). Returns the mean
   // loss on every pp rank.
-  double evaluate(const int32_t* inputs, const int32_t* targets);
+  double evaluate(const int32_t* inputs, const int32_t* targets,
+                  const int32_t* doc_starts = nullptr);
 
   const std::vector<PipelineAction>& actions() const { return actions_; }
 

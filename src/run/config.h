@@ -10,6 +10,7 @@
 #include "core/tensor.h"
 #include "data/data_config.h"
 #include "model/config.h"
+#include "model/cp_impl.h"
 #include "model/recompute_mode.h"
 #include "optim/optim_config.h"
 #include "parallel/pipeline_schedule.h"
@@ -82,6 +83,12 @@ struct ParallelConfig {
   // Expert parallelism (MoE families): the experts of each layer split over ep ranks, carved out
   // of dp (comm/layout.h); must divide dp and model.moe.experts.
   int64_t ep = 1;
+  // Context parallelism: each sequence split over cp ranks (2 * cp chunks, rank r holding chunks
+  // r and 2cp-1-r so that causal attention costs every rank the same), carved out of dp like ep
+  // (comm/layout.h); cp_impl: how attention sees the other ranks' keys and values
+  // (model/context_attention.h).
+  int64_t cp = 1;
+  CpImpl cp_impl = CpImpl::ring;
   bool sp = false;  // sequence parallelism (with tp > 1)
   int64_t vpp = 1;  // virtual pipeline stages (model chunks) per pp rank
   ScheduleKind schedule = ScheduleKind::one_f_one_b;

@@ -159,6 +159,41 @@ void validate_config(RunConfig& c, const std::string& where,
     engine_limit(c.system.device == Device::cpu, moe,
                  " runs on the CPU only so far: set system.device = \"cpu\"");
   }
+  // Context parallelism (parallel.cp, carved out of dp) and document masking.
+  check(p.cp >= 1, where, "parallel.cp: must be at least 1, got ", p.cp);
+  if (p.cp > 1) {
+    check(t.seq_len % (2 * p.cp) == 0, where, "train.seq_len = ", t.seq_len,
+          " does not divide into 2 x parallel.cp = ", 2 * p.cp,
+          " chunks (context parallelism gives each rank two chunks, r and 2cp-1-r, for causal "
+          "load balance); use a seq_len that is a multiple of ",
+          2 * p.cp);
+    check(c.model.attention == AttentionKernel::flash, where, "parallel.cp = ", p.cp,
+          " needs model.attention = \"flash\": naive attention materialises the whole T x T "
+          "scores, which context parallelism exists to avoid");
+    if (p.cp_impl == CpImpl::ulysses) {
+      const int64_t heads = c.model.n_head, kv = c.model.n_kv_head > 0 ? c.model.n_kv_head : heads;
+      check(heads % (p.tp * p.cp) == 0 && kv % (p.tp * p.cp) == 0, where,
+            "parallel.cp_impl = \"ulysses\" splits the heads over parallel.cp = ", p.cp,
+            " (after parallel.tp = ", p.tp, "), but model.n_head = ", heads,
+            " and model.n_kv_head = ", kv, " do not both divide by tp x cp = ", p.tp * p.cp,
+            "; use parallel.cp_impl = \"ring\" or a cp that divides ", heads / p.tp, " and ",
+            kv / std::max<int64_t>(1, p.tp));
+    }
+  }
+  if (c.data.document_mask) {
+    check(c.model.attention == AttentionKernel::flash, where,
+          "data.document_mask = true needs model.attention = \"flash\"");
+    check(c.data.source != DataSource::synthetic || c.data.eos_id >= 0, where,
+          "data.document_mask = true over data.source = \"synthetic\": random tokens have no "
+          "end-of-document token; set data.eos_id (a token id below model.vocab_size = ",
+          c.model.vocab_size, ") or data.document_mask = false");
+  }
+  check(c.data.eos_id < c.model.vocab_size, where, "data.eos_id = ", c.data.eos_id,
+        " is outside the vocabulary [0, ", c.model.vocab_size, ")");
+  if (p.cp > 1 || c.data.document_mask)
+    engine_limit(c.system.device == Device::cpu,
+                 "parallel.cp > 1 and data.document_mask run on the CPU only so far: set "
+                 "system.device = \"cpu\"");
   check(p.vpp >= 1, where, "parallel.vpp: must be at least 1, got ", p.vpp);
   check(p.vpp == 1 || p.pp > 1, where, "parallel.vpp = ", p.vpp,
         " needs parallel.pp > 1 (virtual stages interleave chunks across pipeline ranks)");

@@ -56,11 +56,12 @@ RunPlan resolve_run_plan(const RunConfig& config, int64_t world, bool under_laun
   const bool alone = !under_launcher && world == 1;
   r.layout = resolve_layout(static_cast<int>(p.tp), static_cast<int>(p.pp), static_cast<int>(p.dp),
                             alone ? 0 : static_cast<int>(p.zero), static_cast<int>(world),
-                            static_cast<int>(p.ep));
+                            static_cast<int>(p.ep), static_cast<int>(p.cp));
   r.model = config.model;
   r.model.finalize();
   r.micro_batches = micro_batches_per_step(config);
-  r.tokens = t.batch_size * t.seq_len;
+  r.seq_len = t.seq_len / r.layout.cp;
+  r.tokens = t.batch_size * r.seq_len;
   r.shard = ShardSpec{r.layout.tp,    r.layout.pp, static_cast<int>(p.vpp), p.sp, r.tokens,
                       p.stage_layers, r.layout.ep};
   // The model must split over tp (heads, kv heads, MLP, vocabulary), sp and the pipeline

@@ -29,7 +29,10 @@ struct RunPlan {
   ModelConfig model;  // config.model, finalized
   ShardSpec shard;    // how the model splits over tp and pp (for_rank)
   int64_t micro_batches = 1;     // per optimizer step (parallel.micro_batches or train.grad_accum)
-  int64_t tokens = 0;            // per micro-batch: batch_size x seq_len
+  int64_t tokens = 0;            // per micro-batch and rank: batch_size x seq_len
+  // Rows per sequence this rank holds: train.seq_len, or train.seq_len / cp with context
+  // parallelism (ContextSplit in model/context_attention.h).
+  int64_t seq_len = 0;
   DType precision = DType::f32;  // the GEMMs' operand type (f32, bf16 or f16)
   bool loss_scaling = false;     // fp16: dynamic loss scaling ([fp16])
   RecomputePolicy recompute;

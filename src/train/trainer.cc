@@ -135,6 +135,8 @@ void Trainer::build_model() {
   std::vector<PipelineAction> actions;
   if (layout.tp > 1) o.tp = &groups_->tp();
   if (layout.ep > 1) o.ep = &groups_->ep();
+  o.context = {layout.cp > 1 ? &groups_->cp() : nullptr, config_.parallel.cp_impl,
+               config_.data.document_mask};
   // The ranks holding other rows of each micro-batch, for the MoE global-batch balancing loss.
   o.batch_groups = {&groups_->dp()};
   if (config_.parallel.sp && layout.tp > 1) o.batch_groups.push_back(&groups_->tp());
@@ -143,7 +145,7 @@ void Trainer::build_model() {
                             plan.shard.vpp, at.pp);
     o.chunk_slots = pipeline_slots_needed(actions, plan.shard.vpp);
   }
-  model_ = std::make_unique<Decoder>(config_.model, arena_, t.batch_size, t.seq_len, o);
+  model_ = std::make_unique<Decoder>(config_.model, arena_, t.batch_size, plan.seq_len, o);
   dp_->setup(model_->params(), arena_);
   model_->set_hooks(dp_.get());
   dp_->init_params(model_->config(), t.seed);
@@ -158,6 +160,14 @@ void Trainer::build_model() {
   const int64_t held = pipe_ ? micro_batches_ : 1;
   inputs_ = host_arena_.alloc<int32_t>(MemCategory::workspace, held * tokens, "input batch");
   targets_ = host_arena_.alloc<int32_t>(MemCategory::workspace, held * tokens, "target batch");
+  if (o.context.active()) {
+    const int64_t whole = t.batch_size * t.seq_len;
+    whole_inputs_ = host_arena_.alloc<int32_t>(MemCategory::workspace, whole, "whole sequences");
+    whole_targets_ = host_arena_.alloc<int32_t>(MemCategory::workspace, whole, "whole targets");
+    if (config_.data.document_mask)
+      doc_starts_ =
+          host_arena_.alloc<int32_t>(MemCategory::workspace, held * whole, "document starts");
+  }
 }
 
 // bf16: AdamW rounds each updated master value into the model's bf16 working weights when its
@@ -227,8 +237,11 @@ void Trainer::prepare_data() {
   opt.seq_len = t.seq_len;
   opt.vocab_size = config_.model.vocab_size;
   opt.seed = t.seed;
-  opt.rank = groups_->dp().rank();
-  opt.world = groups_->dp().size();
+  // The cp ranks of a data replica read the same sequences (each keeps its rows of them).
+  const int cp = groups_->layout().cp;
+  opt.rank = groups_->dp().rank() / cp;
+  opt.world = groups_->dp().size() / cp;
+  if (d.document_mask) eos_id_ = static_cast<int32_t>(d.eos_id);
   if (d.source == DataSource::synthetic) {
     train_data_ = make_synthetic_source(opt);
     TokenSourceOptions val = opt;
@@ -269,11 +282,16 @@ void Trainer::prepare_data() {
                "prepare` first, or set data.source = \"text\" with data.text = [files]");
   if (fs::exists(tokenizer_path_)) {
     const data::Tokenizer tok = data::Tokenizer::load(tokenizer_path_);
+    if (d.document_mask && eos_id_ < 0) eos_id_ = tok.eot_id();
     STRATA_CHECK(tok.vocab_size() <= config_.model.vocab_size, "the tokenizer in '",
                  tokenizer_path_, "' has ", tok.vocab_size(), " tokens but model.vocab_size is ",
                  config_.model.vocab_size, "; set model.vocab_size >= ", tok.vocab_size(),
                  " or prepare the data again with this vocabulary size");
   }
+  STRATA_CHECK(!d.document_mask || eos_id_ >= 0, "data.document_mask = true: the data in '", d.dir,
+               "' has no end-of-document token (no tokenizer.json with <|endoftext|>, "
+               "<|end_of_text|> or </s>); set data.eos_id to the token that ends each document, "
+               "or data.document_mask = false");
   train_data_ = make_shard_source(train_shards, opt, /*shuffle=*/true);
   if (!val_shards.empty()) {
     val_data_ = make_shard_source(val_shards, opt, /*shuffle=*/false);
@@ -284,6 +302,31 @@ void Trainer::prepare_data() {
   }
 }
 
+void Trainer::draw(TokenSource& source, int64_t mb) {
+  const int64_t local = plan_.tokens;
+  if (!whole_inputs_) return source.next(inputs_ + mb * local, targets_ + mb * local);
+  source.next(whole_inputs_, whole_targets_);
+  const TrainConfig& t = config_.train;
+  if (doc_starts_)
+    document_starts(doc_starts_ + mb * t.batch_size * t.seq_len, whole_inputs_, t.batch_size,
+                    t.seq_len, eos_id_);
+  const ContextSplit split{t.seq_len, groups_->layout().cp};
+  const int rank = groups_->cp().rank();
+  const int64_t rows = plan_.seq_len;
+  for (int64_t b = 0; b < t.batch_size; ++b) {
+    for (int64_t i = 0; i < rows; ++i) {
+      const int64_t from = b * t.seq_len + split.global_row(i, rank);
+      inputs_[mb * local + b * rows + i] = whole_inputs_[from];
+      targets_[mb * local + b * rows + i] = whole_targets_[from];
+    }
+  }
+}
+
+const int32_t* Trainer::doc_starts(int64_t mb) const {
+  const TrainConfig& t = config_.train;
+  return doc_starts_ ? doc_starts_ + mb * t.batch_size * t.seq_len : nullptr;
+}
+
 StepResult Trainer::train_step() {
   const TrainConfig& t = config_.train;
   const auto t0 = Clock::now();
@@ -292,12 +335,12 @@ StepResult Trainer::train_step() {
   groups_->set_step(step_ + 1);
   groups_->reset_stats();  // metrics report each step's communication
   dp_->begin_step();
-  const int64_t m = micro_batches_, tokens = t.batch_size * t.seq_len;
+  const int64_t m = micro_batches_, tokens = plan_.tokens;  // this rank's, per micro-batch
   StepResult r;
   // After a rollback the batch that made the loss spike is consumed without training on it.
   if (const auto it = std::find(skip_batch_at_.begin(), skip_batch_at_.end(), step_ + 1);
       it != skip_batch_at_.end()) {
-    for (int64_t mb = 0; mb < m; ++mb) train_data_->next(inputs_, targets_);
+    for (int64_t mb = 0; mb < m; ++mb) draw(*train_data_, 0);
     skip_batch_at_.erase(it);
     r.skipped_batch = true;
     log::warn("step ", step_ + 1, ": skipping the batch that made the loss spike (now at ",
@@ -312,12 +355,12 @@ StepResult Trainer::train_step() {
   r.loss_scale = loss_scale;
   if (pipe_) {
     auto tick = Clock::now();
-    for (int64_t mb = 0; mb < m; ++mb)
-      train_data_->next(inputs_ + mb * tokens, targets_ + mb * tokens);
+    for (int64_t mb = 0; mb < m; ++mb) draw(*train_data_, mb);
     r.data_s += seconds_since(tick);
-    const PipelineStepStats st =
-        pipe_->run(inputs_, targets_, grad_scale,
-                   [this, m](int mb, int /*chunk*/) { dp_->begin_micro_batch(mb == m - 1); });
+    const PipelineStepStats st = pipe_->run(
+        inputs_, targets_, grad_scale,
+        [this, m](int mb, int /*chunk*/) { dp_->begin_micro_batch(mb == m - 1); }, doc_starts_,
+        config_.train.batch_size * config_.train.seq_len);
     r.compute_s = st.compute_s;
     r.bubble_s = st.wall_s - st.compute_s;
     // The last stage computed the losses; the bubble is averaged over the stages.
@@ -334,13 +377,13 @@ StepResult Trainer::train_step() {
   } else {
     for (int64_t micro = 0; micro < m; ++micro) {
       auto tick = Clock::now();
-      train_data_->next(inputs_, targets_);
+      draw(*train_data_, 0);
       r.data_s += seconds_since(tick);
       tick = Clock::now();
       if (micro == 0) inject_slowness();
       dp_->begin_micro_batch(micro == m - 1);
       if (offload_hooks_) offload_hooks_->begin_micro_batch(micro == m - 1);
-      loss += model_->forward_backward(inputs_, targets_, grad_scale);
+      loss += model_->forward_backward(inputs_, targets_, grad_scale, 0, doc_starts(0));
       r.compute_s += seconds_since(tick);
     }
     loss /= static_cast<double>(m);
@@ -412,9 +455,10 @@ double Trainer::evaluate() {
   val_data_->rewind();
   double total = 0;
   for (int64_t i = 0; i < t.eval_batches; ++i) {
-    val_data_->next(inputs_, targets_);
-    total += pipe_ ? pipe_->evaluate(inputs_, targets_)
-                   : model_->forward(inputs_, targets_, t.batch_size, t.seq_len);
+    draw(*val_data_, 0);
+    total += pipe_ ? pipe_->evaluate(inputs_, targets_, doc_starts(0))
+                   : model_->forward(inputs_, targets_, t.batch_size, plan_.seq_len, 0,
+                                     doc_starts(0));
   }
   return mean_over_dp(total / static_cast<double>(std::max<int64_t>(1, t.eval_batches)));
 }

@@ -125,6 +125,10 @@ class Trainer {
 
  private:
   void prepare_data();
+  // Micro-batch `mb` of the held ones from `source`: inputs_/targets_ (this rank's rows) and,
+  // under document masking, doc_starts_. The doc starts of micro-batch mb (null without them).
+  void draw(TokenSource& source, int64_t mb);
+  const int32_t* doc_starts(int64_t mb) const;
   void resume();
   // Loads `newest` (or, when it is damaged, the next older committed checkpoint) and continues
   // from it: parameters, optimizer, step, loss scaler, data position.
@@ -203,8 +207,14 @@ class Trainer {
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<HostOffloadGradHooks> offload_hooks_;  // "cpu", world of one: early downloads
   std::unique_ptr<TokenSource> train_data_, val_data_;
-  int32_t* inputs_ = nullptr;
+  int32_t* inputs_ = nullptr;  // [held micro-batches, batch x this rank's rows per sequence]
   int32_t* targets_ = nullptr;
+  // Context parallelism and document masking: what the loader gives (whole sequences), cut into
+  // this rank's rows by draw(); the document starts of every held micro-batch [held, b x t].
+  int32_t* whole_inputs_ = nullptr;
+  int32_t* whole_targets_ = nullptr;
+  int32_t* doc_starts_ = nullptr;
+  int32_t eos_id_ = -1;  // data.document_mask: the end-of-document token
   int64_t step_ = 0;
   double peak_flops_ = 0;
   double unigram_baseline_ = 0;

@@ -396,13 +396,13 @@ TEST_F(CudaBackendTest, EmbeddingsAndPositionsMatchTheCpuBitwise) {
   const Vec pos = random_floats(tp * c, 59);
   Vec acts = random_floats(m * c, 60);
   float* gacts = up(acts);
-  gpu().positions_add_forward(gacts, up(pos), first, m, tp, c);
-  cpu().positions_add_forward(acts.data(), pos.data(), first, m, tp, c);
+  gpu().positions_add_forward(gacts, up(pos), first, m, tp, c, nullptr);
+  cpu().positions_add_forward(acts.data(), pos.data(), first, m, tp, c, nullptr);
   EXPECT_TRUE(bitwise_equal(down(gacts, m * c), acts));
   Vec dpos = random_floats(tp * c, 61);
   float* gdpos = up(dpos);
-  gpu().positions_add_backward(gdpos, up(dout), first, m, tp, c);
-  cpu().positions_add_backward(dpos.data(), dout.data(), first, m, tp, c);
+  gpu().positions_add_backward(gdpos, up(dout), first, m, tp, c, nullptr);
+  cpu().positions_add_backward(dpos.data(), dout.data(), first, m, tp, c, nullptr);
   EXPECT_TRUE(bitwise_equal(down(gdpos, tp * c), dpos));
 }
 
@@ -485,12 +485,12 @@ TEST_F(CudaBackendTest, ActivationsAndRopeMatchTheCpu) {
   constexpr int64_t width = (nh + 2 * nkv) * hd;
   Vec qkv = random_floats(b * t * width, 85);
   float* gqkv = up(qkv);
-  gpu().rope_forward(gqkv, {b, t, nh, nkv, hd}, RopeSpec{});
-  cpu().rope_forward(qkv.data(), {b, t, nh, nkv, hd}, RopeSpec{});
+  gpu().rope_forward(gqkv, {b, t, nh, nkv, hd}, RopeSpec{}, nullptr);
+  cpu().rope_forward(qkv.data(), {b, t, nh, nkv, hd}, RopeSpec{}, nullptr);
   EXPECT_TRUE(all_close(down(gqkv, b * t * width), qkv, 1e-5));
   const RopeSpec llama3{.theta = 500000.0, .scaling = RopeScaling::llama3};
-  gpu().rope_backward(gqkv, {b, t, nh, nkv, hd}, llama3);
-  cpu().rope_backward(qkv.data(), {b, t, nh, nkv, hd}, llama3);
+  gpu().rope_backward(gqkv, {b, t, nh, nkv, hd}, llama3, nullptr);
+  cpu().rope_backward(qkv.data(), {b, t, nh, nkv, hd}, llama3, nullptr);
   EXPECT_TRUE(all_close(down(gqkv, b * t * width), qkv, 1e-5));
 
   // Qwen3's per-head norms of q and k: forward in place, kept inputs, and the backward.

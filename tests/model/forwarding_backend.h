@@ -90,14 +90,14 @@ class ForwardingBackend : public Backend {
     inner_.embedding_range_backward(dwte_rows, dout, tokens, vocab_begin, vocab_count, n, c);
   }
   void positions_add_forward(float* out, const float* wpe, int64_t first_row, int64_t n, int64_t t,
-                             int64_t c) override {
+                             int64_t c, const int32_t* positions) override {
     const Call call(*this);
-    inner_.positions_add_forward(out, wpe, first_row, n, t, c);
+    inner_.positions_add_forward(out, wpe, first_row, n, t, c, positions);
   }
   void positions_add_backward(float* dwpe, const float* dout, int64_t first_row, int64_t n,
-                              int64_t t, int64_t c) override {
+                              int64_t t, int64_t c, const int32_t* positions) override {
     const Call call(*this);
-    inner_.positions_add_backward(dwpe, dout, first_row, n, t, c);
+    inner_.positions_add_backward(dwpe, dout, first_row, n, t, c, positions);
   }
   void layernorm_forward(float* y, float* mean, float* rstd, const float* x, const float* w,
                          const float* bias, int64_t n, int64_t c, float eps) override {
@@ -213,13 +213,15 @@ class ForwardingBackend : public Backend {
     const Call call(*this);
     inner_.moe_combine_backward(dys, dweight, dy, ys, weight, token_row, n, k, c);
   }
-  void rope_forward(float* qkv, const AttentionShape& s, const RopeSpec& rope) override {
+  void rope_forward(float* qkv, const AttentionShape& s, const RopeSpec& rope,
+                    const int32_t* positions) override {
     const Call call(*this);
-    inner_.rope_forward(qkv, s, rope);
+    inner_.rope_forward(qkv, s, rope, positions);
   }
-  void rope_backward(float* dqkv, const AttentionShape& s, const RopeSpec& rope) override {
+  void rope_backward(float* dqkv, const AttentionShape& s, const RopeSpec& rope,
+                     const int32_t* positions) override {
     const Call call(*this);
-    inner_.rope_backward(dqkv, s, rope);
+    inner_.rope_backward(dqkv, s, rope, positions);
   }
   void head_rmsnorm_forward(float* qkv, float* pre, float* rstd, const float* wq, const float* wk,
                             const AttentionShape& s, float eps) override {
@@ -258,6 +260,30 @@ class ForwardingBackend : public Backend {
   }
   int64_t flash_attention_backward_scratch(DType qkv_type, const AttentionShape& s) const override {
     return inner_.flash_attention_backward_scratch(qkv_type, s);
+  }
+  void attention_ranges_forward(float* out, float* lse, const float* q, int64_t q_stride,
+                                const float* k, const float* v, int64_t kv_stride,
+                                const int32_t* key_begin, const int32_t* key_end,
+                                const RangeAttentionShape& s) override {
+    const Call call(*this);
+    inner_.attention_ranges_forward(out, lse, q, q_stride, k, v, kv_stride, key_begin, key_end, s);
+  }
+  void attention_ranges_merge(float* out_acc, float* lse_acc, const float* out_part,
+                              const float* lse_part, const RangeAttentionShape& s) override {
+    const Call call(*this);
+    inner_.attention_ranges_merge(out_acc, lse_acc, out_part, lse_part, s);
+  }
+  int64_t attention_ranges_backward_scratch(int64_t head_dim) const override {
+    return inner_.attention_ranges_backward_scratch(head_dim);
+  }
+  void attention_ranges_backward(float* dq, float* dk, float* dv, float* scratch, const float* dout,
+                                 const float* q, int64_t q_stride, const float* k, const float* v,
+                                 int64_t kv_stride, const float* out, const float* lse,
+                                 const int32_t* key_begin, const int32_t* key_end,
+                                 const RangeAttentionShape& s) override {
+    const Call call(*this);
+    inner_.attention_ranges_backward(dq, dk, dv, scratch, dout, q, q_stride, k, v, kv_stride, out,
+                                     lse, key_begin, key_end, s);
   }
   double cross_entropy_forward(float* losses, const float* logits, const int32_t* targets,
                                int64_t n, int64_t v) override {

@@ -21,11 +21,11 @@
 #pragma once
 #include <cstdint>
 
+#include "kernels/shapes.h"
+
 namespace strata::kernels {
 
-struct RangeAttentionShape {
-  int64_t b = 0, tq = 0, tk = 0, nh = 0, nkv = 0, hd = 0;
-};
+using ::strata::RangeAttentionShape;  // kernels/shapes.h
 
 // out = softmax(q k^T / sqrt(hd), masked to each row's range) v; lse[bb, h, i] =
 // log sum_{key_begin <= j < key_end} exp(q_i . k_j / sqrt(hd)). Both overwritten.

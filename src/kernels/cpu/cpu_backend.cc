@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "kernels/backend.h"
+#include "kernels/cpu/attention_ranges.h"
 #include "kernels/cpu/flash_attention.h"
 #include "kernels/cpu/kernels.h"
 
@@ -124,12 +125,12 @@ class CpuBackend final : public Backend {
     k::embedding_range_backward(dwte_rows, dout, tokens, vocab_begin, vocab_count, n, c);
   }
   void positions_add_forward(float* out, const float* wpe, int64_t first_row, int64_t n, int64_t t,
-                             int64_t c) override {
-    k::positions_add_forward(out, wpe, first_row, n, t, c);
+                             int64_t c, const int32_t* positions) override {
+    k::positions_add_forward(out, wpe, first_row, n, t, c, positions);
   }
   void positions_add_backward(float* dwpe, const float* dout, int64_t first_row, int64_t n,
-                              int64_t t, int64_t c) override {
-    k::positions_add_backward(dwpe, dout, first_row, n, t, c);
+                              int64_t t, int64_t c, const int32_t* positions) override {
+    k::positions_add_backward(dwpe, dout, first_row, n, t, c, positions);
   }
   void layernorm_forward(float* y, float* mean, float* rstd, const float* x, const float* w,
                          const float* bias, int64_t n, int64_t c, float eps) override {
@@ -226,11 +227,13 @@ class CpuBackend final : public Backend {
                             int64_t c) override {
     kernels::moe_combine_backward(dys, dweight, dy, ys, weight, token_row, n, k, c);
   }
-  void rope_forward(float* qkv, const AttentionShape& s, const RopeSpec& rope) override {
-    k::rope_forward(qkv, s, rope);
+  void rope_forward(float* qkv, const AttentionShape& s, const RopeSpec& rope,
+                    const int32_t* positions) override {
+    k::rope_forward(qkv, s, rope, positions);
   }
-  void rope_backward(float* dqkv, const AttentionShape& s, const RopeSpec& rope) override {
-    k::rope_backward(dqkv, s, rope);
+  void rope_backward(float* dqkv, const AttentionShape& s, const RopeSpec& rope,
+                     const int32_t* positions) override {
+    k::rope_backward(dqkv, s, rope, positions);
   }
   void head_rmsnorm_forward(float* qkv, float* pre, float* rstd, const float* wq, const float* wk,
                             const AttentionShape& s, float eps) override {
@@ -277,6 +280,27 @@ class CpuBackend final : public Backend {
       return k::flash_attention_backward_scratch(s.b, s.t, s.heads, s.kv_heads, s.head_dim);
     check_operand_type(qkv_type == DType::bf16, "flash_attention_backward_scratch", qkv_type);
     return k::flash_attention_backward_bf16_scratch(s.b, s.t, s.heads, s.kv_heads, s.head_dim);
+  }
+  void attention_ranges_forward(float* out, float* lse, const float* q, int64_t q_stride,
+                                const float* kk, const float* v, int64_t kv_stride,
+                                const int32_t* key_begin, const int32_t* key_end,
+                                const RangeAttentionShape& s) override {
+    k::attention_ranges_forward(out, lse, q, q_stride, kk, v, kv_stride, key_begin, key_end, s);
+  }
+  void attention_ranges_merge(float* out_acc, float* lse_acc, const float* out_part,
+                              const float* lse_part, const RangeAttentionShape& s) override {
+    k::attention_ranges_merge(out_acc, lse_acc, out_part, lse_part, s.b, s.tq, s.nh, s.hd);
+  }
+  int64_t attention_ranges_backward_scratch(int64_t head_dim) const override {
+    return k::attention_ranges_backward_scratch(head_dim);
+  }
+  void attention_ranges_backward(float* dq, float* dk, float* dv, float* scratch, const float* dout,
+                                 const float* q, int64_t q_stride, const float* kk, const float* v,
+                                 int64_t kv_stride, const float* out, const float* lse,
+                                 const int32_t* key_begin, const int32_t* key_end,
+                                 const RangeAttentionShape& s) override {
+    k::attention_ranges_backward(dq, dk, dv, scratch, dout, q, q_stride, kk, v, kv_stride, out, lse,
+                                 key_begin, key_end, s);
   }
   double cross_entropy_forward(float* losses, const float* logits, const int32_t* targets,
                                int64_t n, int64_t v) override {

@@ -109,10 +109,13 @@ void swiglu_backward(float* dgate_up, const float* gate_up, const float* dy, int
 
 // ---- RoPE (Hugging Face Llama convention: rotate_half, pairs (i, i + hd/2)) --------------------
 // qkv[b*t, (nh + 2*nkv)*hd]: q heads first, then k heads, then v heads. Rotates q and k in place,
-// position of row (b, t) is t. inv_freq[i] = rope_inv_freq(rope, i, hd) for i < hd/2.
-void rope_forward(float* qkv, const AttentionShape& s, const RopeSpec& rope);
+// position of row (b, t) is t, or positions[b * t + t] when given (context parallelism's global
+// positions, document masking's restarts). inv_freq[i] = rope_inv_freq(rope, i, hd), i < hd/2.
+void rope_forward(float* qkv, const AttentionShape& s, const RopeSpec& rope,
+                  const int32_t* positions = nullptr);
 // The same rotation by -angle, applied in place to the gradient dqkv (q and k parts).
-void rope_backward(float* dqkv, const AttentionShape& s, const RopeSpec& rope);
+void rope_backward(float* dqkv, const AttentionShape& s, const RopeSpec& rope,
+                   const int32_t* positions = nullptr);
 
 // ---- Per-head RMSNorm of q and k (Qwen3), in place on qkv as in RoPE -------------------------
 // Every q head (hd values) becomes x * rstd * wq, every k head x * rstd * wk, rstd = 1 /
@@ -163,11 +166,12 @@ void embedding_range_forward(float* out, const int32_t* tokens, const float* wte
 void embedding_range_backward(float* dwte_rows, const float* dout, const int32_t* tokens,
                               int64_t vocab_begin, int64_t vocab_count, int64_t n, int64_t c);
 // Learned positions for rows [first_row, first_row + n) of a micro-batch of sequences of length t:
-// out[i] += wpe[(first_row + i) % t]; backward dwpe[(first_row + i) % t] += dout[i].
+// out[i] += wpe[(first_row + i) % t]; backward dwpe[(first_row + i) % t] += dout[i]. With
+// `positions` (one per row of the micro-batch), row i's position is positions[first_row + i].
 void positions_add_forward(float* out, const float* wpe, int64_t first_row, int64_t n, int64_t t,
-                           int64_t c);
+                           int64_t c, const int32_t* positions = nullptr);
 void positions_add_backward(float* dwpe, const float* dout, int64_t first_row, int64_t n, int64_t t,
-                            int64_t c);
+                            int64_t c, const int32_t* positions = nullptr);
 // Vocabulary-parallel softmax cross-entropy (Megatron-LM's): each rank holds logits[n, v_local]
 // of its vocabulary block; the full logits are never gathered. Between the steps the caller
 // reduces over the ranks: row_max by max, then sum_exp and target_logit by sum.

@@ -50,24 +50,26 @@ void embedding_range_backward(float* dwte_rows, const float* dout, const int32_t
 }
 
 void positions_add_forward(float* out, const float* wpe, int64_t first_row, int64_t n, int64_t t,
-                           int64_t c) {
+                           int64_t c, const int32_t* positions) {
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     float* __restrict o = out + i * c;
-    const float* __restrict p = wpe + ((first_row + i) % t) * c;
+    const int64_t pos = positions ? positions[first_row + i] : (first_row + i) % t;
+    const float* __restrict p = wpe + pos * c;
 #pragma omp simd
     for (int64_t j = 0; j < c; ++j) o[j] += p[j];
   }
 }
 
 void positions_add_backward(float* dwpe, const float* dout, int64_t first_row, int64_t n, int64_t t,
-                            int64_t c) {
+                            int64_t c, const int32_t* positions) {
   const int64_t slice = slice_width(c), slices = (c + slice - 1) / slice;
 #pragma omp parallel for schedule(static)
   for (int64_t s = 0; s < slices; ++s) {
     const int64_t j0 = s * slice, width = std::min(slice, c - j0);
     for (int64_t i = 0; i < n; ++i) {
-      float* __restrict dst = dwpe + ((first_row + i) % t) * c + j0;
+      const int64_t pos = positions ? positions[first_row + i] : (first_row + i) % t;
+      float* __restrict dst = dwpe + pos * c + j0;
       const float* __restrict src = dout + i * c + j0;
 #pragma omp simd
       for (int64_t j = 0; j < width; ++j) dst[j] += src[j];

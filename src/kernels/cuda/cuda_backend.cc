@@ -195,6 +195,19 @@ void check_lowp(DType t, const char* what) {
        "system.device = \"cpu\")");
 }
 
+// Positions per row (context parallelism, document masking) come from host memory on the CPU
+// backend; the GPU kernels take position = row % t only so far.
+void positions_on_cpu_only(const int32_t* positions) {
+  STRATA_CHECK(positions == nullptr,
+               "CudaBackend: explicit positions (parallel.cp > 1 or data.document_mask) are not "
+               "on the GPU yet; use system.device = \"cpu\"");
+}
+
+[[noreturn]] void ranges_not_on_gpu() {
+  fail("CudaBackend: attention with key ranges (parallel.cp > 1, data.document_mask) is not on "
+       "the GPU yet; use system.device = \"cpu\"");
+}
+
 class CudaBackendImpl final : public CudaBackend {
  public:
   explicit CudaBackendImpl(int device)
@@ -330,11 +343,13 @@ class CudaBackendImpl final : public CudaBackend {
     cuda::embedding_range_backward(dwte_rows, dout, tokens, vocab_begin, vocab_count, n, c, s());
   }
   void positions_add_forward(float* out, const float* wpe, int64_t first_row, int64_t n, int64_t t,
-                             int64_t c) override {
+                             int64_t c, const int32_t* positions) override {
+    positions_on_cpu_only(positions);
     cuda::positions_add_forward(out, wpe, first_row, n, t, c, s());
   }
   void positions_add_backward(float* dwpe, const float* dout, int64_t first_row, int64_t n,
-                              int64_t t, int64_t c) override {
+                              int64_t t, int64_t c, const int32_t* positions) override {
+    positions_on_cpu_only(positions);
     cuda::positions_add_backward(dwpe, dout, first_row, n, t, c, s());
   }
 
@@ -423,10 +438,14 @@ class CudaBackendImpl final : public CudaBackend {
                             const int32_t*, int64_t, int64_t, int64_t) override {
     moe_not_on_gpu("moe_combine_backward");
   }
-  void rope_forward(float* qkv, const AttentionShape& shape, const RopeSpec& rope) override {
+  void rope_forward(float* qkv, const AttentionShape& shape, const RopeSpec& rope,
+                    const int32_t* positions) override {
+    positions_on_cpu_only(positions);
     cuda::rope_forward(qkv, shape, rope, s());
   }
-  void rope_backward(float* dqkv, const AttentionShape& shape, const RopeSpec& rope) override {
+  void rope_backward(float* dqkv, const AttentionShape& shape, const RopeSpec& rope,
+                     const int32_t* positions) override {
+    positions_on_cpu_only(positions);
     cuda::rope_backward(dqkv, shape, rope, s());
   }
   void head_rmsnorm_forward(float* qkv, float* pre, float* rstd, const float* wq, const float* wk,
@@ -494,6 +513,24 @@ class CudaBackendImpl final : public CudaBackend {
     if (qkv_type == DType::f32) return floats_for(scalar);
     return floats_for(std::max(scalar, cuda::flash_attention_mma_backward_workspace(
                                            sh.b, sh.t, sh.heads, sh.kv_heads, sh.head_dim)));
+  }
+
+  // Context parallelism and document masking run on the CPU only so far.
+  void attention_ranges_forward(float*, float*, const float*, int64_t, const float*, const float*,
+                                int64_t, const int32_t*, const int32_t*,
+                                const RangeAttentionShape&) override {
+    ranges_not_on_gpu();
+  }
+  void attention_ranges_merge(float*, float*, const float*, const float*,
+                              const RangeAttentionShape&) override {
+    ranges_not_on_gpu();
+  }
+  int64_t attention_ranges_backward_scratch(int64_t) const override { return 0; }
+  void attention_ranges_backward(float*, float*, float*, float*, const float*, const float*, int64_t,
+                                 const float*, const float*, int64_t, const float*, const float*,
+                                 const int32_t*, const int32_t*,
+                                 const RangeAttentionShape&) override {
+    ranges_not_on_gpu();
   }
 
   // ---- loss -----------------------------------------------------------------------------------
