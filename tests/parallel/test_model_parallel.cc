@@ -51,13 +51,22 @@ struct Case {
   float grad_clip = 0.5f;  // 0: off (LayoutGradients)
   int64_t steps = 10;
   int ep = 1;  // expert parallelism (mixtral), carved out of dp
+  // Context parallelism, carved out of dp too (dp / cp data replicas), and document masking
+  // (sequences of kDocSeq tokens, so that documents end inside them).
+  int cp = 1;
+  std::string cp_impl = "ring";
+  bool doc_mask = false;
+  bool flash = false;  // model.attention = "flash" (what cp and document masking need)
 
+  int replicas() const { return dp / cp; }
+  int64_t seq() const;
   std::string name() const {
     return cat(family, "_tp", tp, "_pp", pp, "_dp", dp, sp ? "_sp" : "", "_v", vpp, "_",
                schedule == "1f1b" ? "1f1b" : schedule, "_z", zero,
                recompute == "none" ? "" : "_rc_" + recompute,
                precision == "f32" ? "" : "_" + precision,
-               grad_reduce == "f32" ? "" : "_reduce_" + grad_reduce, ep > 1 ? cat("_ep", ep) : "");
+               grad_reduce == "f32" ? "" : "_reduce_" + grad_reduce, ep > 1 ? cat("_ep", ep) : "",
+               cp > 1 ? cat("_cp", cp, "_", cp_impl) : "", doc_mask ? "_docmask" : "");
   }
   // f32 reassociation only; with 16-bit GEMM inputs a partial sum that differs in its last f32
   // bit can round to another bf16 value, so mixed precision compares at bf16's resolution.
@@ -65,6 +74,13 @@ struct Case {
 };
 
 constexpr int64_t kBatch = 2, kSeq = 16, kSteps = 10;  // kSteps: Case::steps' default
+// Document masking's rows: 64 tokens with token 7 ending each document (uniform over a vocabulary
+// of 256: about one sequence in five holds a document boundary, several per micro-batch step).
+constexpr int64_t kDocSeq = 64, kEos = 7;
+
+int64_t Case::seq() const {
+  return doc_mask ? kDocSeq : kSeq;
+}
 
 // AdamW's eps is 1e-2, not 1e-8, so that the gradient norm can be compared at the losses'
 // tolerance on every step: with eps far below |g| the first updates are nearly lr * sign(g), so an
@@ -84,7 +100,16 @@ RunConfig config_for(const Case& k, int64_t batch, int64_t accum, const std::str
       cat("train.steps=", k.steps),
       cat("train.batch_size=", batch),
       cat("train.grad_accum=", accum),
-      cat("parallel.ep=", k.ep)};
+      cat("parallel.ep=", k.ep),
+      cat("parallel.cp=", k.cp),
+      "parallel.cp_impl=" + k.cp_impl,
+      cat("train.seq_len=", k.seq()),
+      cat("model.max_seq_len=", k.seq())};
+  if (k.flash) overrides.push_back("model.attention=flash");
+  if (k.doc_mask) {
+    overrides.push_back("data.document_mask=true");
+    overrides.push_back(cat("data.eos_id=", kEos));
+  }
   if (k.family == "mixtral") {
     // 8 experts of width 32, 2 per token, with the z-loss and the auxiliary loss over the global
     // batch (aux_loss_scope "global": the loads of all data-parallel ranks, and tp ranks under
@@ -179,19 +204,20 @@ double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
 // gives dp rank r rows [r * kBatch, (r + 1) * kBatch) of each), micro_batches of them per step.
 const RunResult& reference(const Case& k, bool keep_grads = false) {
   static std::map<std::string, RunResult> cache;
-  const std::string key = cat(k.family, "_", k.dp, "_", k.micro_batches, "_", k.precision, "_",
-                              k.grad_clip, "_", k.steps, keep_grads ? "_grads" : "");
+  const std::string key =
+      cat(k.family, "_", k.replicas(), "_", k.micro_batches, "_", k.precision, "_", k.grad_clip, "_",
+          k.steps, k.doc_mask ? "_docmask" : "", k.flash ? "_flash" : "", keep_grads ? "_grads" : "");
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
   Case one = k;
-  one.tp = one.pp = one.dp = one.vpp = one.ep = 1;
+  one.tp = one.pp = one.dp = one.vpp = one.ep = one.cp = 1;
   one.zero = 0;
   one.sp = false;
   one.schedule = "1f1b";
   one.recompute = "none";
   one.grad_reduce = "f32";
   const RunConfig c =
-      config_for(one, kBatch * k.dp, k.micro_batches,
+      config_for(one, kBatch * k.replicas(), k.micro_batches,
                  (fs::temp_directory_path() / cat("strata_test_mp_ref_", key)).string());
   return cache[key] = train(c, nullptr, keep_grads);
 }
@@ -203,7 +229,7 @@ TEST_P(LayoutEquivalence, MatchesOneProcess) {
   const int world = world_size();
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  ProcessGroups g = ProcessGroups::create(resolve_layout(k.tp, k.pp, k.dp, k.zero, world, k.ep));
+  ProcessGroups g = ProcessGroups::create(resolve_layout(k.tp, k.pp, k.dp, k.zero, world, k.ep, k.cp));
   RunConfig c = config_for(
       k, kBatch, k.micro_batches,
       (fs::temp_directory_path() / cat("strata_test_mp_np", world, "_", k.name(), "_", rank))
@@ -374,6 +400,47 @@ std::vector<Case> all_cases() {
       out.push_back(r);
     }
   }
+  // Context parallelism (GitHub issue 22), in ci too: ring and Ulysses, the learned positions of
+  // gpt2, document masking, recomputation and bf16 at 2 ranks; cp 4, cp x tp (sp), cp x pp,
+  // cp x dp under ZeRO-3 and cp x ep at 4; cp x tp x pp and cp 8 at 8.
+  auto context = [](std::string family, int tp, int pp, int dp, int zero, int cp,
+                    std::string impl = "ring") {
+    Case k{std::move(family), tp, pp, dp, 1, zero, tp > 1};
+    k.cp = cp;
+    k.cp_impl = std::move(impl);
+    k.flash = true;
+    return k;
+  };
+  if (world == 2) {
+    out.push_back(context("llama", 1, 1, 2, 0, 2));
+    out.push_back(context("llama", 1, 1, 2, 1, 2, "ulysses"));
+    out.push_back(context("gpt2", 1, 1, 2, 0, 2));
+    for (const char* impl : {"ring", "ulysses"}) {
+      Case d = context("llama", 1, 1, 2, 0, 2, impl);
+      d.doc_mask = true;
+      out.push_back(d);
+    }
+    Case r = context("llama", 1, 1, 2, 0, 2);
+    r.recompute = "full";
+    out.push_back(r);
+    Case b = context("llama", 1, 1, 2, 1, 2);
+    b.precision = "bf16";
+    out.push_back(b);
+  } else if (world == 4) {
+    out.push_back(context("llama", 1, 1, 4, 1, 4));
+    out.push_back(context("llama", 2, 1, 2, 0, 2));
+    out.push_back(context("gpt2", 1, 2, 2, 0, 2));
+    out.push_back(context("llama", 1, 1, 4, 3, 2));
+    Case u = context("llama", 1, 1, 4, 3, 2, "ulysses");
+    u.doc_mask = true;
+    out.push_back(u);
+    Case e = context("mixtral", 1, 1, 4, 1, 2);
+    e.ep = 2;
+    out.push_back(e);
+  } else if (world == 8) {
+    out.push_back(context("llama", 2, 2, 2, 0, 2));
+    out.push_back(context("gpt2", 1, 1, 8, 1, 8));
+  }
   if (world >= 4) {
     out.push_back(Case{"gpt2", 2, 2, world / 4, 1, world / 4 > 1 ? 1 : 0, true, "1f1b", 4, "full"});
     out.push_back(Case{"llama", 2, 2, world / 4, 2, world / 4 > 1 ? 1 : 0, false, "interleaved", 4,
@@ -401,7 +468,7 @@ TEST_P(LayoutGradients, MatchOneProcess) {
   const int world = world_size();
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  ProcessGroups g = ProcessGroups::create(resolve_layout(k.tp, k.pp, k.dp, k.zero, world, k.ep));
+  ProcessGroups g = ProcessGroups::create(resolve_layout(k.tp, k.pp, k.dp, k.zero, world, k.ep, k.cp));
   const RunResult got =
       train(config_for(k, kBatch, k.micro_batches,
                        (fs::temp_directory_path() /
@@ -460,14 +527,14 @@ INSTANTIATE_TEST_SUITE_P(Reductions, LayoutGradients, ::testing::ValuesIn(gradie
 // layout c and in one process, and compares both with the uninterrupted run of a (same global
 // batch: the micro-batch per rank scales with 1 / dp).
 void check_resume_on_other_layout(const Case& a, const Case& c, const std::string& tag) {
-  ASSERT_EQ(kBatch * a.dp % c.dp, 0);
+  ASSERT_EQ(kBatch * a.replicas() % c.replicas(), 0);
   const int world = world_size();
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   const std::string base =
       (fs::temp_directory_path() / cat("strata_test_mp_ckpt_np", world, "_", tag, "_")).string();
   {
-    ProcessGroups g = ProcessGroups::create(resolve_layout(a.tp, a.pp, a.dp, a.zero, world, a.ep));
+    ProcessGroups g = ProcessGroups::create(resolve_layout(a.tp, a.pp, a.dp, a.zero, world, a.ep, a.cp));
     // One run directory for the job, as on a shared filesystem: every rank writes its slices.
     Trainer t(config_for(a, kBatch, a.micro_batches, cat(base, "a")), &g);
     for (int i = 0; i < kSteps / 2; ++i) t.train_step();
@@ -484,17 +551,18 @@ void check_resume_on_other_layout(const Case& a, const Case& c, const std::strin
     r.params = t.global_params();
     return r;
   };
-  ProcessGroups g = ProcessGroups::create(resolve_layout(c.tp, c.pp, c.dp, c.zero, world, c.ep));
+  ProcessGroups g = ProcessGroups::create(resolve_layout(c.tp, c.pp, c.dp, c.zero, world, c.ep, c.cp));
   const RunResult other =
-      resumed(config_for(c, kBatch * a.dp / c.dp, c.micro_batches, cat(base, "c")), &g);
+      resumed(config_for(c, kBatch * a.replicas() / c.replicas(), c.micro_batches, cat(base, "c")),
+              &g);
   int ok = 1;
   if (rank == 0) {
     const RunResult& want = reference(a);
     Case one = a;
-    one.tp = one.pp = one.dp = one.ep = 1;
+    one.tp = one.pp = one.dp = one.ep = one.cp = 1;
     one.zero = 0;
     const RunResult single =
-        resumed(config_for(one, kBatch * a.dp, a.micro_batches, base + "one"), nullptr);
+        resumed(config_for(one, kBatch * a.replicas(), a.micro_batches, base + "one"), nullptr);
     for (const RunResult* got : {&other, &single}) {
       ASSERT_EQ(got->losses.size(), static_cast<size_t>(kSteps / 2));
       for (int i = 0; i < kSteps / 2; ++i) {
@@ -540,6 +608,18 @@ TEST(ModelParallelCheckpoint, ExpertShardsResumeOnAnyLayout) {
   d.ep = world >= 4 ? 4 : 2;
   if (world >= 4) a.ep = 2;
   check_resume_on_other_layout(d, a, "ep_to_ep");
+}
+
+// Context parallelism is not in checkpoints (every cp rank holds the whole model): a run with
+// cp = 2 resumes with another cp (1 at 2 ranks, 4 at 4 and more) and in one process.
+TEST(ModelParallelCheckpoint, ContextParallelResumesWithAnyCp) {
+  const int world = world_size();
+  Case a{"llama", 1, 1, world, 1, 1};
+  a.cp = 2;
+  a.flash = true;
+  Case c = a;
+  c.cp = world >= 4 ? 4 : 1;
+  check_resume_on_other_layout(a, c, "cp_to_cp");
 }
 
 // ZeRO shards (dp = world, ZeRO-1 moments and ZeRO-3 master weights) into tensor and pipeline
