@@ -92,6 +92,25 @@ TEST(Layout, ExpertParallelismIsCarvedOutOfDataParallelism) {
   EXPECT_THROW(resolve_layout(1, 1, 0, 0, 4, 0), Error);
 }
 
+// Context parallelism takes cp adjacent dp ranks per group; dp / cp data replicas remain.
+TEST(Layout, ContextParallelismIsCarvedOutOfDataParallelism) {
+  const Layout l = resolve_layout(2, 1, 0, 0, 8, 1, 2);
+  EXPECT_EQ(l.dp, 4);
+  EXPECT_EQ(l.cp, 2);
+  EXPECT_EQ(l.replicas(), 2);
+  EXPECT_EQ(l.world(), 8);
+  EXPECT_EQ(l.describe(), "tp=2 pp=1 dp=4 cp=2 zero=0 (world 8)");
+  std::string what;
+  try {
+    resolve_layout(1, 2, 0, 0, 12, 1, 4);  // dp 6
+  } catch (const Error& e) {
+    what = e.what();
+  }
+  EXPECT_HAS(what, "parallel.cp=4 does not divide the data-parallel size 6");
+  EXPECT_HAS(what, "parallel.cp can be 1, 2, 3 or 6");
+  EXPECT_THROW(resolve_layout(1, 1, 0, 0, 4, 1, 0), Error);
+}
+
 const char* lookup(const std::map<std::string, std::string>& env, const char* name) {
   auto it = env.find(name);
   return it == env.end() ? nullptr : it->second.c_str();

@@ -142,6 +142,34 @@ TEST(ProcessGroups, ExpertGroupsInsideDataParallelism) {
   }
 }
 
+// cp groups: cp adjacent dp ranks (stride tp in world ranks), group rank = dp % cp.
+TEST(ProcessGroups, ContextGroupsInsideDataParallelism) {
+  if (mpi_world_size() != 4) GTEST_SKIP() << "needs 4 ranks";
+  const int me = mpi_world_rank();
+  struct Case {
+    int tp, cp;
+    std::vector<std::vector<int>> cp_groups;
+  };
+  const std::vector<Case> cases = {
+      {1, 2, {{0, 1}, {2, 3}}},
+      {1, 4, {{0, 1, 2, 3}}},
+      {2, 2, {{0, 2}, {1, 3}}},
+  };
+  for (const Case& c : cases) {
+    ProcessGroups g = ProcessGroups::create(resolve_layout(c.tp, 1, 0, 0, 4, 1, c.cp));
+    const std::string what = g.layout().describe();
+    std::vector<int> want;
+    for (const auto& grp : c.cp_groups)
+      for (int r : grp)
+        if (r == me) want = grp;
+    EXPECT_EQ(members(g.cp()), want) << what;
+    int want_sum = 0;
+    for (int r : want) want_sum += r;
+    EXPECT_EQ(sum_of_world_ranks(g.cp()), want_sum) << what;
+    EXPECT_EQ(g.cp().rank(), g.coord().dp % c.cp) << what;
+  }
+}
+
 TEST(ProcessGroups, StepAndTimeoutReachEveryGroup) {
   const int world = mpi_world_size();
   ProcessGroups g = ProcessGroups::create(resolve_layout(1, 1, 0, 0, world));

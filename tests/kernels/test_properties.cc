@@ -77,6 +77,43 @@ TEST(Properties, RopeBackwardInvertsForward) {
   for (int64_t j = 0; j < row; ++j) EXPECT_EQ(z[j], x[j]);
 }
 
+// Explicit positions (context parallelism's global positions, document masking's restarts): a row
+// given position p is rotated exactly as row p of a sequence is, in forward and backward; the
+// learned-position add and its gradient read the table at the given positions too.
+TEST(Properties, RopeAndLearnedPositionsAtGivenPositions) {
+  const int64_t nh = 4, nkv = 2, hd = 8, row = (nh + 2 * nkv) * hd, t = 300;
+  const Vec seq = random_vec(t * row, 3);  // one sequence of t rows, positions 0..t-1
+  const std::vector<int32_t> picks = {299, 0, 17, 17, 128, 5};  // repeats, any order
+  const int64_t n = static_cast<int64_t>(picks.size());
+  const RopeSpec llama3{500000.0, RopeScaling::llama3, 8.0, 1.0, 4.0, 64.0};
+  for (const RopeSpec& rope : {RopeSpec{}, llama3}) {
+    for (float sign : {1.0f, -1.0f}) {
+      Vec whole = seq, rows(n * row);
+      for (int64_t i = 0; i < n; ++i)
+        std::copy_n(seq.begin() + picks[i] * row, row, rows.begin() + i * row);
+      auto apply = sign > 0 ? rope_forward : rope_backward;
+      apply(whole.data(), {1, t, nh, nkv, hd}, rope, nullptr);
+      apply(rows.data(), {1, n, nh, nkv, hd}, rope, picks.data());
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t j = 0; j < row; ++j)
+          EXPECT_EQ(rows[i * row + j], whole[picks[i] * row + j]) << "row " << i << " col " << j;
+    }
+  }
+  const int64_t c = 24;
+  const Vec wpe = random_vec(t * c, 4), dout = random_vec(n * c, 5);
+  Vec out(n * c, 1.0f), dwpe(t * c, 0.0f);
+  positions_add_forward(out.data(), wpe.data(), 2, n - 2, t, c, picks.data());
+  positions_add_backward(dwpe.data(), dout.data(), 2, n - 2, t, c, picks.data());
+  DVec want_dwpe(t * c, 0.0);
+  for (int64_t i = 0; i < n - 2; ++i) {
+    for (int64_t j = 0; j < c; ++j) {
+      EXPECT_EQ(out[i * c + j], 1.0f + wpe[picks[2 + i] * c + j]);
+      want_dwpe[picks[2 + i] * c + j] += dout[i * c + j];
+    }
+  }
+  EXPECT_TRUE(close(dwpe, want_dwpe, 1e-6));
+}
+
 TEST(Properties, CrossEntropyGradientRowsSumToZero) {
   const int64_t n = 23, v = 301;
   Vec logits = random_vec(n * v, 1, -5.0f, 5.0f);

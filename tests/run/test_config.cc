@@ -316,7 +316,25 @@ INSTANTIATE_TEST_SUITE_P(
                  "parallel.ep = 2 splits the experts of a Mixture-of-Experts model, but "
                  "model.moe.experts is 0 (family llama); set parallel.ep = 1 or use an MoE family "
                  "(mixtral, qwen3_moe)"},
-        BadValue{"[parallel]\nep = 0", "parallel.ep: must be at least 1, got 0"}));
+        BadValue{"[parallel]\nep = 0", "parallel.ep: must be at least 1, got 0"},
+        // Context parallelism and document masking (GitHub issue 22, item 8).
+        BadValue{"[model]\nattention = \"flash\"\n[train]\nseq_len = 100\n[parallel]\ncp = 4",
+                 "train.seq_len = 100 does not divide into 2 x parallel.cp = 8 chunks"},
+        BadValue{"[model]\nattention = \"naive\"\n[parallel]\ncp = 2",
+                 "parallel.cp = 2 needs model.attention = \"flash\""},
+        BadValue{"[model]\nattention = \"flash\"\nfamily = \"llama\"\nn_head = 4\nn_kv_head = 2\n"
+                 "[train]\nseq_len = 64\n[parallel]\ncp = 4\ncp_impl = \"ulysses\"",
+                 "parallel.cp_impl = \"ulysses\" splits the heads over parallel.cp = 4 (after "
+                 "parallel.tp = 1), but model.n_head = 4 and model.n_kv_head = 2 do not both "
+                 "divide by tp x cp = 4"},
+        BadValue{"[model]\nattention = \"flash\"\n[data]\nsource = \"synthetic\"\n"
+                 "document_mask = true",
+                 "data.document_mask = true over data.source = \"synthetic\": random tokens have "
+                 "no end-of-document token; set data.eos_id"},
+        BadValue{"[data]\neos_id = 100000", "data.eos_id = 100000 is outside the vocabulary"},
+        BadValue{"[parallel]\ncp = 0", "parallel.cp: must be at least 1, got 0"},
+        BadValue{"[parallel]\ncp_impl = \"a2a\"",
+                 "parallel.cp_impl: unknown value 'a2a' (expected \"ring\" or \"ulysses\")"}));
 
 TEST(Config, OverridesInEveryForm) {
   RunConfig c = parse_config(
