@@ -39,8 +39,7 @@ int Layout::rank_of(Coord c) const {
 
 std::string Layout::describe() const {
   return cat("tp=", tp, " pp=", pp, " dp=", dp, ep > 1 ? cat(" ep=", ep) : std::string(),
-             cp > 1 ? cat(" cp=", cp) : std::string(),
-             " zero=", zero, " (world ", world(), ")");
+             cp > 1 ? cat(" cp=", cp) : std::string(), " zero=", zero, " (world ", world(), ")");
 }
 
 Layout resolve_layout(int tp, int pp, int dp, int zero, int world_size, int ep, int cp) {

@@ -29,7 +29,7 @@ struct Layout {
   };
 
   int world() const { return tp * pp * dp; }
-  int edp() const { return dp / ep; }  // the expert-data-parallel size
+  int edp() const { return dp / ep; }       // the expert-data-parallel size
   int replicas() const { return dp / cp; }  // data replicas: ranks that read different sequences
   Coord coord(int world_rank) const;
   int rank_of(Coord c) const;

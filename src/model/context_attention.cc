@@ -124,15 +124,15 @@ MemBytes ContextAttention::bytes(const ModelConfig& cfg, const ModelShard& shard
   if (impl == CpImpl::ring || cp == 1) {
     counter.alloc<float>(MemCategory::workspace, 5 * n * 2 * nkv * hd, "");
     counter.alloc<float>(MemCategory::workspace, n * nh * hd + batch * nh * seq_len, "");
-    counter.alloc<float>(MemCategory::workspace, kernels::attention_ranges_backward_scratch(hd), "");
+    counter.alloc<float>(MemCategory::workspace, kernels::attention_ranges_backward_scratch(hd),
+                         "");
   } else {
     counter.alloc<float>(MemCategory::workspace, 4 * n * width + 2 * n * nh * hd, "");
-    counter.alloc<float>(
-        MemCategory::workspace,
-        std::max(kernels::flash_attention_backward_scratch(batch, seq_len * cp, nh / cp, nkv / cp,
-                                                           hd),
-                 kernels::attention_ranges_backward_scratch(hd)),
-        "");
+    counter.alloc<float>(MemCategory::workspace,
+                         std::max(kernels::flash_attention_backward_scratch(batch, seq_len * cp,
+                                                                            nh / cp, nkv / cp, hd),
+                                  kernels::attention_ranges_backward_scratch(hd)),
+                         "");
   }
   return counter.bytes();
 }
@@ -181,7 +181,8 @@ bool any_visible(const int32_t* begin, const int32_t* end, int64_t n) {
 void ContextAttention::forward(int slot, float* out, float* lse, const float* qkv,
                                const AttentionShape& s) {
   const Masks& m = masks_[static_cast<size_t>(slot)];
-  if (options_.impl == CpImpl::ulysses && split_.cp > 1) return ulysses_forward(m, out, lse, qkv, s);
+  if (options_.impl == CpImpl::ulysses && split_.cp > 1)
+    return ulysses_forward(m, out, lse, qkv, s);
   ring_forward(m, out, lse, qkv, s);
 }
 
@@ -403,10 +404,9 @@ void ContextAttention::ulysses_backward(const Masks& m, float* dqkv, const float
     std::memset(dqkv_u_, 0, static_cast<size_t>(u.rows() * w) * sizeof(float));
     const float* k = qkv_u_ + u.heads * hd;
     const float* v = qkv_u_ + (u.heads + u.kv_heads) * hd;
-    backend_->attention_ranges_backward(dqkv_u_, dqkv_u_ + u.heads * hd,
-                                        dqkv_u_ + (u.heads + u.kv_heads) * hd, scratch_, dout_u_,
-                                        qkv_u_, w, k, v, w, out_u_, lse, m.begin, m.end,
-                                        {u.b, u.t, u.t, u.heads, u.kv_heads, hd});
+    backend_->attention_ranges_backward(
+        dqkv_u_, dqkv_u_ + u.heads * hd, dqkv_u_ + (u.heads + u.kv_heads) * hd, scratch_, dout_u_,
+        qkv_u_, w, k, v, w, out_u_, lse, m.begin, m.end, {u.b, u.t, u.t, u.heads, u.kv_heads, hd});
   }
   heads_to_seq(dqkv_u_, dqkv, {s.heads, s.kv_heads, s.kv_heads}, s);
 }

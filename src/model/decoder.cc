@@ -96,8 +96,8 @@ Decoder::Decoder(const ModelConfig& config, Arena& arena, int64_t batch, int64_t
   int context_slots = 0;
   for (auto& chunk : acts_)
     for (auto& store : chunk) store->context_slot = context_slots++;
-  context_ = ContextAttention(o.context, config_, shard_, arena, backend_, batch, seq_len,
-                              context_slots);
+  context_ =
+      ContextAttention(o.context, config_, shard_, arena, backend_, batch, seq_len, context_slots);
   scratch_ = GradScratch(config_, shard_, arena, batch, seq_len, precision_, &backend_);
   recompute_ = o.recompute;
   recompute_buffers_ = allocate_recompute_buffers(config_, shard_, recompute_.mode, arena, batch,
@@ -302,8 +302,10 @@ double Decoder::loss(ActivationStore& a, const int32_t* targets, bool backward, 
 
 void Decoder::prepare_context(ActivationStore& a, const int32_t* doc_start) {
   if (!context_.active()) return;
-  STRATA_CHECK(a.t == seq_len_, "Decoder: with parallel.cp > 1 or data.document_mask, a "
-               "micro-batch has the planned ", seq_len_, " rows per sequence, not ", a.t);
+  STRATA_CHECK(a.t == seq_len_,
+               "Decoder: with parallel.cp > 1 or data.document_mask, a "
+               "micro-batch has the planned ",
+               seq_len_, " rows per sequence, not ", a.t);
   context_.prepare(a.context_slot, doc_start, a.b);
 }
 
@@ -369,8 +371,7 @@ void Decoder::embedding_backward(ActivationStore& a) {
   if (!tp_.active()) {
     backend_.embedding_backward(params_.grad(index_.embed), positions ? nullptr : dpos, s.dresid,
                                 a.inputs, a.b, a.t, c);
-    if (dpos && positions)
-      backend_.positions_add_backward(dpos, s.dresid, 0, n, a.t, c, positions);
+    if (dpos && positions) backend_.positions_add_backward(dpos, s.dresid, 0, n, a.t, c, positions);
   } else {
     if (dpos)
       backend_.positions_add_backward(dpos, s.dresid, shard_.first_row(n), shard_.local_rows(n),
@@ -450,8 +451,7 @@ double Decoder::forward_backward(const int32_t* inputs, const int32_t* targets, 
 
 // ---- chunk API ---------------------------------------------------------------------------------
 
-void Decoder::chunk_forward(int chunk, int slot, const int32_t* tokens,
-                            const int32_t* doc_start) {
+void Decoder::chunk_forward(int chunk, int slot, const int32_t* tokens, const int32_t* doc_start) {
   ActivationStore& a = *acts_[chunk][slot];
   a.b = batch_;
   a.t = seq_len_;

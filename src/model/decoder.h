@@ -28,8 +28,8 @@
 #include "model/activation_offload.h"
 #include "model/activations.h"
 #include "model/block.h"
-#include "model/context_attention.h"
 #include "model/config.h"
+#include "model/context_attention.h"
 #include "model/group_hooks.h"
 #include "model/lowp_weights.h"
 #include "model/moe_ffn.h"
@@ -222,7 +222,7 @@ class Decoder {
   ModelShard shard_;
   TensorParallel tp_;
   ExpertParallel ep_;
-  ContextAttention context_;  // DecoderOptions::context (inactive: the causal kernels)
+  ContextAttention context_;         // DecoderOptions::context (inactive: the causal kernels)
   std::vector<Comm*> batch_groups_;  // DecoderOptions::batch_groups
   Arena& arena_;
   Backend& backend_;

@@ -28,8 +28,8 @@ struct RunPlan {
   Layout layout;      // tp, pp, dp and zero; dp derived here; zero 0 for a process that runs alone
   ModelConfig model;  // config.model, finalized
   ShardSpec shard;    // how the model splits over tp and pp (for_rank)
-  int64_t micro_batches = 1;     // per optimizer step (parallel.micro_batches or train.grad_accum)
-  int64_t tokens = 0;            // per micro-batch and rank: batch_size x seq_len
+  int64_t micro_batches = 1;  // per optimizer step (parallel.micro_batches or train.grad_accum)
+  int64_t tokens = 0;         // per micro-batch and rank: batch_size x seq_len
   // Rows per sequence this rank holds: train.seq_len, or train.seq_len / cp with context
   // parallelism (ContextSplit in model/context_attention.h).
   int64_t seq_len = 0;

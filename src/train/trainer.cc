@@ -456,9 +456,9 @@ double Trainer::evaluate() {
   double total = 0;
   for (int64_t i = 0; i < t.eval_batches; ++i) {
     draw(*val_data_, 0);
-    total += pipe_ ? pipe_->evaluate(inputs_, targets_, doc_starts(0))
-                   : model_->forward(inputs_, targets_, t.batch_size, plan_.seq_len, 0,
-                                     doc_starts(0));
+    total +=
+        pipe_ ? pipe_->evaluate(inputs_, targets_, doc_starts(0))
+              : model_->forward(inputs_, targets_, t.batch_size, plan_.seq_len, 0, doc_starts(0));
   }
   return mean_over_dp(total / static_cast<double>(std::max<int64_t>(1, t.eval_batches)));
 }

@@ -108,8 +108,8 @@ Result run_documents(const ModelConfig& c, const Packed& p) {
       Decoder m(c, arena, 1, len);
       m.init(5);
       m.params().zero_grads();
-      const double mean = m.forward_backward(p.inputs.data() + offset, p.targets.data() + offset,
-                                             1.0f);
+      const double mean =
+          m.forward_backward(p.inputs.data() + offset, p.targets.data() + offset, 1.0f);
       r.loss_sum += mean * static_cast<double>(len);
       const std::vector<float> g = grads_of(m);
       if (r.grads.empty()) r.grads.assign(g.size(), 0.0f);
@@ -140,7 +140,9 @@ TEST_P(DocumentMask, PackedSequencesTrainAsTheirDocumentsAlone) {
 INSTANTIATE_TEST_SUITE_P(Families, DocumentMask,
                          ::testing::Values(ModelFamily::gpt2, ModelFamily::llama,
                                            ModelFamily::qwen3),
-                         [](const auto& param_info) { return std::string(family_name(param_info.param)); });
+                         [](const auto& param_info) {
+                           return std::string(family_name(param_info.param));
+                         });
 
 TEST(DocumentStarts, RestartAfterEachEndOfDocumentToken) {
   const std::vector<int32_t> tokens = {5, kEos, 6, 7, kEos, kEos, 8, 9};

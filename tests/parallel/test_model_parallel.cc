@@ -204,9 +204,9 @@ double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
 // gives dp rank r rows [r * kBatch, (r + 1) * kBatch) of each), micro_batches of them per step.
 const RunResult& reference(const Case& k, bool keep_grads = false) {
   static std::map<std::string, RunResult> cache;
-  const std::string key =
-      cat(k.family, "_", k.replicas(), "_", k.micro_batches, "_", k.precision, "_", k.grad_clip, "_",
-          k.steps, k.doc_mask ? "_docmask" : "", k.flash ? "_flash" : "", keep_grads ? "_grads" : "");
+  const std::string key = cat(k.family, "_", k.replicas(), "_", k.micro_batches, "_", k.precision,
+                              "_", k.grad_clip, "_", k.steps, k.doc_mask ? "_docmask" : "",
+                              k.flash ? "_flash" : "", keep_grads ? "_grads" : "");
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
   Case one = k;
@@ -229,7 +229,8 @@ TEST_P(LayoutEquivalence, MatchesOneProcess) {
   const int world = world_size();
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  ProcessGroups g = ProcessGroups::create(resolve_layout(k.tp, k.pp, k.dp, k.zero, world, k.ep, k.cp));
+  ProcessGroups g =
+      ProcessGroups::create(resolve_layout(k.tp, k.pp, k.dp, k.zero, world, k.ep, k.cp));
   RunConfig c = config_for(
       k, kBatch, k.micro_batches,
       (fs::temp_directory_path() / cat("strata_test_mp_np", world, "_", k.name(), "_", rank))
@@ -468,7 +469,8 @@ TEST_P(LayoutGradients, MatchOneProcess) {
   const int world = world_size();
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  ProcessGroups g = ProcessGroups::create(resolve_layout(k.tp, k.pp, k.dp, k.zero, world, k.ep, k.cp));
+  ProcessGroups g =
+      ProcessGroups::create(resolve_layout(k.tp, k.pp, k.dp, k.zero, world, k.ep, k.cp));
   const RunResult got =
       train(config_for(k, kBatch, k.micro_batches,
                        (fs::temp_directory_path() /
@@ -534,7 +536,8 @@ void check_resume_on_other_layout(const Case& a, const Case& c, const std::strin
   const std::string base =
       (fs::temp_directory_path() / cat("strata_test_mp_ckpt_np", world, "_", tag, "_")).string();
   {
-    ProcessGroups g = ProcessGroups::create(resolve_layout(a.tp, a.pp, a.dp, a.zero, world, a.ep, a.cp));
+    ProcessGroups g =
+        ProcessGroups::create(resolve_layout(a.tp, a.pp, a.dp, a.zero, world, a.ep, a.cp));
     // One run directory for the job, as on a shared filesystem: every rank writes its slices.
     Trainer t(config_for(a, kBatch, a.micro_batches, cat(base, "a")), &g);
     for (int i = 0; i < kSteps / 2; ++i) t.train_step();
@@ -551,10 +554,10 @@ void check_resume_on_other_layout(const Case& a, const Case& c, const std::strin
     r.params = t.global_params();
     return r;
   };
-  ProcessGroups g = ProcessGroups::create(resolve_layout(c.tp, c.pp, c.dp, c.zero, world, c.ep, c.cp));
-  const RunResult other =
-      resumed(config_for(c, kBatch * a.replicas() / c.replicas(), c.micro_batches, cat(base, "c")),
-              &g);
+  ProcessGroups g =
+      ProcessGroups::create(resolve_layout(c.tp, c.pp, c.dp, c.zero, world, c.ep, c.cp));
+  const RunResult other = resumed(
+      config_for(c, kBatch * a.replicas() / c.replicas(), c.micro_batches, cat(base, "c")), &g);
   int ok = 1;
   if (rank == 0) {
     const RunResult& want = reference(a);

@@ -204,8 +204,9 @@ void positions_on_cpu_only(const int32_t* positions) {
 }
 
 [[noreturn]] void ranges_not_on_gpu() {
-  fail("CudaBackend: attention with key ranges (parallel.cp > 1, data.document_mask) is not on "
-       "the GPU yet; use system.device = \"cpu\"");
+  fail(
+      "CudaBackend: attention with key ranges (parallel.cp > 1, data.document_mask) is not on "
+      "the GPU yet; use system.device = \"cpu\"");
 }
 
 class CudaBackendImpl final : public CudaBackend {
@@ -526,9 +527,9 @@ class CudaBackendImpl final : public CudaBackend {
     ranges_not_on_gpu();
   }
   int64_t attention_ranges_backward_scratch(int64_t) const override { return 0; }
-  void attention_ranges_backward(float*, float*, float*, float*, const float*, const float*, int64_t,
-                                 const float*, const float*, int64_t, const float*, const float*,
-                                 const int32_t*, const int32_t*,
+  void attention_ranges_backward(float*, float*, float*, float*, const float*, const float*,
+                                 int64_t, const float*, const float*, int64_t, const float*,
+                                 const float*, const int32_t*, const int32_t*,
                                  const RangeAttentionShape&) override {
     ranges_not_on_gpu();
   }
