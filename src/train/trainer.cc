@@ -397,6 +397,12 @@ StepResult Trainer::train_step() {
     r.ep_comm_s = groups_->ep().stats().total_wait_seconds();
     r.compute_s = std::max(0.0, r.compute_s - r.ep_comm_s);
   }
+  if (groups_->layout().cp > 1) {  // the ring's or Ulysses' transfers, inside attention
+    const CommStats cs = groups_->cp().stats();
+    r.cp_comm_s = cs.total_wait_seconds();
+    for (const CommOpStats& op : cs.ops) r.cp_flight_s += op.seconds;
+    r.compute_s = std::max(0.0, r.compute_s - r.cp_comm_s);
+  }
   auto tick = Clock::now();
   dp_->finish_gradients();
   if (mp_) mp_->finish_gradients();
@@ -553,11 +559,21 @@ void Trainer::write_metrics(const StepResult& r, double tokens_per_s, double mfu
       {"optimizer_s", r.optimizer_s},
       {"tp_comm_s", r.tp_comm_s},
       {"ep_comm_s", r.ep_comm_s},
+      {"cp_comm_s", r.cp_comm_s},
       {"bubble_s", r.bubble_s},
-      {"other_s", std::max(0.0, r.seconds - r.data_s - r.compute_s - r.comm_exposed_s -
-                                    r.optimizer_s - r.bubble_s - r.tp_comm_s - r.ep_comm_s)}};
+      {"other_s",
+       std::max(0.0, r.seconds - r.data_s - r.compute_s - r.comm_exposed_s - r.optimizer_s -
+                         r.bubble_s - r.tp_comm_s - r.ep_comm_s - r.cp_comm_s)}};
   j["comm_share"] =
-      r.seconds > 0 ? (r.comm_exposed_s + r.tp_comm_s + r.ep_comm_s) / r.seconds : 0.0;
+      r.seconds > 0 ? (r.comm_exposed_s + r.tp_comm_s + r.ep_comm_s + r.cp_comm_s) / r.seconds
+                    : 0.0;
+  if (groups_->layout().cp > 1)
+    j["context"] = {{"cp", groups_->layout().cp},
+                    {"impl", enum_name(config_.parallel.cp_impl)},
+                    {"flight_s", r.cp_flight_s},
+                    {"exposed_s", r.cp_comm_s},
+                    {"hidden_share",
+                     r.cp_flight_s > 0 ? std::max(0.0, 1.0 - r.cp_comm_s / r.cp_flight_s) : 0.0}};
   if (pipe_)
     j["pipeline"] = {{"bubble_fraction", r.bubble_fraction},
                      {"bubble_formula", r.bubble_formula},
@@ -590,8 +606,9 @@ void Trainer::write_metrics(const StepResult& r, double tokens_per_s, double mfu
 
 double Trainer::run() {
   const TrainConfig& t = config_.train;
-  // Tokens of the global batch (every dp rank's micro-batches); MFU against every rank's peak.
-  const int64_t dp_size = groups_->dp().size();
+  // Tokens of the global batch (every data replica's micro-batches: the cp ranks of a replica share
+  // its sequences); MFU against every rank's peak.
+  const int64_t dp_size = groups_->layout().replicas();
   const double tokens_per_step =
       static_cast<double>(t.batch_size * t.seq_len * micro_batches_ * dp_size);
   const double flops_per_token = model_->train_flops_per_token();

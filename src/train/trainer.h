@@ -51,6 +51,10 @@ struct StepResult {
   // their wait is taken out of compute_s and reported here (exposed communication).
   double tp_comm_s = 0;
   double ep_comm_s = 0;  // exposed waits of the MoE token exchange (ep > 1)
+  // Context parallelism (cp > 1): exposed waits of the ring's send/recv or Ulysses' all-to-alls,
+  // and the time those transfers were in flight (issue to completion): the ring hides the
+  // difference behind the block computation.
+  double cp_comm_s = 0, cp_flight_s = 0;
   // MoE families (model/moe_ffn.h), over the step's global batch (Trainer::record_moe): the
   // balancing losses (each times its coefficient, summed over layers, mean over micro-batches and
   // data-parallel ranks; not part of `loss`), assignments dropped over capacity and assignments
