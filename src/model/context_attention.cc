@@ -111,7 +111,7 @@ ContextAttention::ContextAttention(const ContextOptions& options, const ModelCon
 
 MemBytes ContextAttention::bytes(const ModelConfig& cfg, const ModelShard& shard, int64_t batch,
                                  int64_t seq_len, int cp, CpImpl impl, bool document_mask,
-                                 int slots) {
+                                 int slots, int threads) {
   // The counts of allocate() (which reads the group size from a Comm the planner does not have).
   MemCounter counter;
   if (cp <= 1 && !document_mask) return counter.bytes();
@@ -124,14 +124,14 @@ MemBytes ContextAttention::bytes(const ModelConfig& cfg, const ModelShard& shard
   if (impl == CpImpl::ring || cp == 1) {
     counter.alloc<float>(MemCategory::workspace, 5 * n * 2 * nkv * hd, "");
     counter.alloc<float>(MemCategory::workspace, n * nh * hd + batch * nh * seq_len, "");
-    counter.alloc<float>(MemCategory::workspace, kernels::attention_ranges_backward_scratch(hd),
-                         "");
+    counter.alloc<float>(MemCategory::workspace,
+                         kernels::attention_ranges_backward_scratch(hd, threads), "");
   } else {
     counter.alloc<float>(MemCategory::workspace, 4 * n * width + 2 * n * nh * hd, "");
     counter.alloc<float>(MemCategory::workspace,
-                         std::max(kernels::flash_attention_backward_scratch(batch, seq_len * cp,
-                                                                            nh / cp, nkv / cp, hd),
-                                  kernels::attention_ranges_backward_scratch(hd)),
+                         std::max(kernels::flash_attention_backward_scratch(
+                                      batch, seq_len * cp, nh / cp, nkv / cp, hd, threads),
+                                  kernels::attention_ranges_backward_scratch(hd, threads)),
                          "");
   }
   return counter.bytes();

@@ -73,9 +73,12 @@ class ContextAttention {
   // (each has its masks). Buffers from `arena`: masks as activations, the rest workspace.
   ContextAttention(const ContextOptions& options, const ModelConfig& cfg, const ModelShard& shard,
                    Arena& arena, Backend& backend, int64_t batch, int64_t seq_len, int slots);
-  // What the constructor allocates, by category (the planner's count).
+  // What the constructor allocates, by category (the planner's count). `threads`: the OpenMP
+  // threads the ranks run (the attention scratch is per thread; 0: omp_get_max_threads(), what
+  // the constructor sees in a rank).
   static MemBytes bytes(const ModelConfig& cfg, const ModelShard& shard, int64_t batch,
-                        int64_t seq_len, int cp, CpImpl impl, bool document_mask, int slots);
+                        int64_t seq_len, int cp, CpImpl impl, bool document_mask, int slots,
+                        int threads = 0);
 
   bool active() const { return options_.active(); }
   const ContextSplit& split() const { return split_; }

@@ -43,6 +43,19 @@ double all_to_all_s(int64_t n, int64_t k, double bytes, double bw_intra, double 
   return std::max(local, remote) + (nn - 1) * alpha;
 }
 
+CollectiveCost ring_exchange_cost(double bytes, int64_t ranks, int64_t stride,
+                                  const ClusterProfile& cluster) {
+  CollectiveCost c;
+  if (bytes <= 0 || ranks <= 1) return c;
+  c.inter_node = place_group(ranks, stride, cluster.gpus_per_node).spans_nodes();
+  const LinkProfile& l = c.inter_node ? cluster.inter : cluster.intra;
+  c.bandwidth = l.op_bandwidth(CollectiveOp::send);
+  c.latency_s = l.op_latency(CollectiveOp::send);
+  c.seconds = send_s(bytes, c.bandwidth, c.latency_s);
+  c.algorithm = "p2p";
+  return c;
+}
+
 CollectiveCost collective_cost(CollectiveOp op, double bytes, int64_t ranks, int64_t stride,
                                const ClusterProfile& cluster) {
   CollectiveCost c;

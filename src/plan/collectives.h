@@ -50,6 +50,13 @@ double send_s(double bytes, double bw, double alpha);
 double all_to_all_s(int64_t n, int64_t k, double bytes, double bw_intra, double bw_inter,
                     double alpha);
 
+// A ring exchange (ring attention's step): every rank of a group of `ranks` at `stride` sends
+// `bytes` to the next one, all at once. The slowest hop sets the time: once the group spans nodes
+// some hop crosses the network (each rank through its own network card), otherwise every hop is
+// on the intra-node link. Zero for one rank.
+CollectiveCost ring_exchange_cost(double bytes, int64_t ranks, int64_t stride,
+                                  const ClusterProfile& cluster);
+
 // The faster algorithm for `op` over a group of `ranks` at `stride` on `cluster`.
 CollectiveCost collective_cost(CollectiveOp op, double bytes, int64_t ranks, int64_t stride,
                                const ClusterProfile& cluster);

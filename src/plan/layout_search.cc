@@ -39,6 +39,31 @@ std::vector<int64_t> expert_parallel_sizes(const ModelConfig& m, int64_t dp) {
   return out;
 }
 
+// Context-parallel sizes for dp data-parallel ranks (comm/layout.h: cp is carved out of dp like
+// ep, keeping dp / cp data replicas): powers of two dividing dp whose 2 cp chunks divide the
+// sequence, with flash attention (config_validate.cc: the naive kernel holds the whole T x T
+// scores); Ulysses also splits each tp rank's query and kv heads over cp. A rank keeps at least
+// kMinContextRows rows of a sequence: a ring step's attention grows as t^2 and its block as t, so
+// below some t the block is no longer hidden (t >= 4 nkv / nh x attention rate / link bandwidth:
+// about 1.2K rows for Llama 3's GQA on H100 NVLink, 5K without GQA, 10K over 400 Gb/s), and the
+// search stays as quick as without cp for the usual 2K-token configs (the micro-batches per
+// replica grow with cp, each count a pipeline schedule to simulate).
+constexpr int64_t kMinContextRows = 2048;
+
+std::vector<int64_t> context_parallel_sizes(const RunConfig& c, int64_t tp, int64_t dp) {
+  std::vector<int64_t> out = {1};
+  const ModelConfig& m = c.model;
+  if (!m.flash_attention()) return out;
+  for (int64_t cp = 2; cp <= dp && c.train.seq_len / cp >= kMinContextRows; cp *= 2) {
+    if (dp % cp != 0 || c.train.seq_len % (2 * cp) != 0) continue;
+    if (c.parallel.cp_impl == CpImpl::ulysses &&
+        (m.n_head % (tp * cp) != 0 || m.kv_heads() % (tp * cp) != 0))
+      continue;
+    out.push_back(cp);
+  }
+  return out;
+}
+
 bool better(const PlannedLayout& a, const PlannedLayout& b) {
   if (a.step.tokens_per_s != b.step.tokens_per_s) return a.step.tokens_per_s > b.step.tokens_per_s;
   return a.memory.total < b.memory.total;
@@ -51,6 +76,7 @@ std::string PlannedLayout::describe() const {
   const int64_t dp = data_parallel_size(p, world);
   std::string s = cat("tp ", p.tp, " pp ", p.pp, " dp ", dp);
   if (p.ep > 1) s += cat(" ep ", p.ep);
+  if (p.cp > 1) s += cat(" cp ", p.cp, p.cp_impl == CpImpl::ulysses ? " ulysses" : "");
   if (p.vpp > 1) s += cat(" vpp ", p.vpp);
   if (p.sp) s += " sp";
   s += cat(" zero ", p.zero, ", micro-batch ", config.train.batch_size, " x ",
@@ -60,8 +86,10 @@ std::string PlannedLayout::describe() const {
 }
 
 int64_t config_global_batch(const RunConfig& c, int64_t world) {
-  const int64_t dp = data_parallel_size(c.parallel, world);
-  return c.train.batch_size * micro_batches_per_step(c) * dp;
+  // The cp ranks of a context-parallel group read the same sequences: dp / cp data replicas.
+  const int64_t replicas =
+      data_parallel_size(c.parallel, world) / std::max<int64_t>(1, c.parallel.cp);
+  return c.train.batch_size * micro_batches_per_step(c) * replicas;
 }
 
 int64_t rank_capacity(const RunConfig& config, const ClusterProfile* cluster) {
@@ -144,37 +172,47 @@ SearchResult search_layouts(const RunConfig& base, const ClusterProfile& cluster
       candidate.tp = tp;
       candidate.pp = pp;
       const int64_t dp = data_parallel_size(candidate, gpus);
-      if (result.global_batch % dp != 0) continue;
-      const int64_t per_replica = result.global_batch / dp;  // sequences per pipeline per step
-      for (int64_t vpp : powers_of_two_up_to(pp > 1 ? m.n_layer / pp : 1)) {
-        for (int sp = 0; sp <= (tp > 1 ? 1 : 0); ++sp) {
-          for (int64_t mb : powers_of_two_up_to(per_replica)) {
-            if (per_replica % mb != 0) continue;
-            const int64_t micro = per_replica / mb;
-            if (pp > 1 && micro < pp) continue;        // a pipeline needs a micro-batch per stage
-            if (vpp > 1 && micro % pp != 0) continue;  // interleaved runs groups of pp
-            if (!splits(m, tp, pp, vpp, sp != 0, mb * seq)) continue;
-            for (int64_t zero = 0; zero <= (pp > 1 ? 1 : 3); ++zero) {
-              if (dp == 1 && zero > 0) continue;  // nothing to shard over
-              for (const int64_t ep : expert_parallel_sizes(m, dp)) {
-                for (const Recompute recompute : recompute_modes) {
-                  RunConfig c = base;
-                  ParallelConfig& p = c.parallel;
-                  p.tp = tp;
-                  p.pp = pp;
-                  p.dp = dp;
-                  p.ep = ep;
-                  p.vpp = vpp;
-                  p.sp = sp != 0;
-                  p.zero = zero;
-                  p.schedule = vpp > 1 ? ScheduleKind::interleaved : ScheduleKind::one_f_one_b;
-                  p.micro_batches = 0;
-                  p.stage_layers.clear();
-                  c.train.batch_size = mb;
-                  c.train.grad_accum = micro;
-                  c.train.recompute = recompute;
-                  c.train.recompute_layers = 0;
-                  consider(std::move(c));
+      // Context parallelism trades data replicas for shorter local sequences: the global batch
+      // is kept, so each replica's share grows by cp.
+      for (const int64_t cp : context_parallel_sizes(base, tp, dp)) {
+        const int64_t replicas = dp / cp;
+        if (result.global_batch % replicas != 0) continue;
+        const int64_t per_replica = result.global_batch / replicas;  // sequences per pipeline
+        const int64_t rows = seq / cp;                               // per sequence on a rank
+        for (int64_t vpp : powers_of_two_up_to(pp > 1 ? m.n_layer / pp : 1)) {
+          for (int sp = 0; sp <= (tp > 1 ? 1 : 0); ++sp) {
+            // cp > 1 with micro-batches of mb sequences holds the rows of mb / 2 sequences at
+            // cp / 2, with the same micro-batches in flight and less communication: only whole
+            // single sequences are split.
+            for (int64_t mb : powers_of_two_up_to(cp > 1 ? 1 : per_replica)) {
+              if (per_replica % mb != 0) continue;
+              const int64_t micro = per_replica / mb;
+              if (pp > 1 && micro < pp) continue;        // a pipeline needs a micro-batch per stage
+              if (vpp > 1 && micro % pp != 0) continue;  // interleaved runs groups of pp
+              if (!splits(m, tp, pp, vpp, sp != 0, mb * rows)) continue;
+              for (int64_t zero = 0; zero <= (pp > 1 ? 1 : 3); ++zero) {
+                if (dp == 1 && zero > 0) continue;  // nothing to shard over
+                for (const int64_t ep : expert_parallel_sizes(m, dp)) {
+                  for (const Recompute recompute : recompute_modes) {
+                    RunConfig c = base;
+                    ParallelConfig& p = c.parallel;
+                    p.tp = tp;
+                    p.pp = pp;
+                    p.dp = dp;
+                    p.ep = ep;
+                    p.cp = cp;
+                    p.vpp = vpp;
+                    p.sp = sp != 0;
+                    p.zero = zero;
+                    p.schedule = vpp > 1 ? ScheduleKind::interleaved : ScheduleKind::one_f_one_b;
+                    p.micro_batches = 0;
+                    p.stage_layers.clear();
+                    c.train.batch_size = mb;
+                    c.train.grad_accum = micro;
+                    c.train.recompute = recompute;
+                    c.train.recompute_layers = 0;
+                    consider(std::move(c));
+                  }
                 }
               }
             }

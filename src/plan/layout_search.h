@@ -1,5 +1,6 @@
 // Layout search: every layout of a model on N GPUs (tp, pp, dp, vpp, sequence parallelism, ZeRO
-// stage, expert parallelism for MoE models, micro-batch size, recomputation) that strata can run,
+// stage, expert parallelism for MoE models, context parallelism with flash attention, micro-batch
+// size, recomputation) that strata can run,
 // evaluated with the memory and performance models; those that fit the device memory are ranked by
 // predicted throughput.
 #pragma once

@@ -1,11 +1,12 @@
 // The memory model runs the engine's own sizing code, never its allocations: the parameter
 // registration of model/decoder.cc on a one-layer probe of the rank's shard (every block of a
 // shard has the same parameters), DataParallel's bucket plan and buffer plan, the activation
-// store, gradient scratch and recomputation buffers counted by a MemCounter (model/activations.cc),
-// the pipeline schedule the executor runs (make_schedules + pipeline_slots_needed, cached), and
-// the trainer's own reading of the config (train/trainer.h). What is left written out here is
-// the arithmetic of the few buffers whose code needs a live object (ModelParallel, the pipeline
-// executor's gradient buffers, AdamW's moments); each names its
+// store, gradient scratch and recomputation buffers counted by a MemCounter (model/activations.cc)
+// at the rank's local rows (train.seq_len / cp), ContextAttention::bytes for context parallelism
+// and document masking, the pipeline schedule the executor runs (make_schedules +
+// pipeline_slots_needed, cached), and the trainer's own reading of the config (train/trainer.h).
+// What is left written out here is the arithmetic of the few buffers whose code needs a live object
+// (ModelParallel, the pipeline executor's gradient buffers, AdamW's moments); each names its
 // source.
 #include "plan/memory_model.h"
 
@@ -24,6 +25,7 @@
 
 #include "comm/layout.h"
 #include "core/error.h"
+#include "model/context_attention.h"
 #include "model/decoder.h"
 #include "optim/offload.h"
 #include "parallel/data_parallel.h"
@@ -237,7 +239,10 @@ MemoryEstimate estimate_stage(const Run& r, int pp_rank, bool explain) {
   const int tp = layout.tp, pp = layout.pp, dp = layout.dp, zero = layout.zero;
   STRATA_CHECK(pp_rank >= 0 && pp_rank < pp, "memory model: pipeline rank ", pp_rank,
                " is outside parallel.pp = ", pp);
-  const int64_t batch = config.train.batch_size, seq_len = config.train.seq_len;
+  // Rows per sequence on this rank: train.seq_len, or train.seq_len / cp under context
+  // parallelism. The trainer builds the Decoder with it, so every activation, scratch and
+  // recomputation buffer below is sized by the local rows.
+  const int64_t batch = config.train.batch_size, seq_len = r.plan.seq_len;
   const bool lowp = r.precision != DType::f32;
   const bool sharded_model = r.plan.sharded_model();
   // Trainer::build_model: the shard of tp rank 0 at this pipeline stage.
@@ -396,6 +401,32 @@ MemoryEstimate estimate_stage(const Run& r, int pp_rank, bool explain) {
   e.activation_bytes_per_layer =
       layer_bytes(mc, shard, r.recompute.for_layer(0), MemCategory::activations, batch, seq_len,
                   r.precision)[kActivations];
+  // Context parallelism and document masking: the Decoder's ContextAttention holds each activation
+  // store's masks and positions (activations) and the ring's or Ulysses' buffers (workspace).
+  const int cp = layout.cp;
+  const bool document_mask = config.data.document_mask;
+  if (cp > 1 || document_mask) {
+    const MemBytes context =
+        ContextAttention::bytes(mc, shard, batch, seq_len, cp, p.cp_impl, document_mask,
+                                static_cast<int>(stores), r.threads);
+    for (int k = 0; k < kNumMemCategories; ++k) add(k, context[k]);
+    const bool ulysses = cp > 1 && p.cp_impl == CpImpl::ulysses;
+    const char* what = ulysses ? "Ulysses exchange buffers, head-split q|k|v, output and their "
+                                 "gradients"
+                               : "ring key/value blocks, their gradient accumulators and a "
+                                 "partial output";
+    note(kActivations, "context-attention masks and positions (", stores,
+         " micro-batch slot(s)) = ", B{context[kActivations]});
+    note(kWorkspace, "context attention: ", what, " = ", B{context[kWorkspace]});
+    e.notes.push_back(
+        txt(cp > 1 ? txt("context parallelism cp ", cp, " (", p.cp_impl, "): each rank holds ",
+                         seq_len, " of the ", config.train.seq_len,
+                         " rows of every sequence (chunks r and 2cp-1-r of 2cp); ")
+                   : std::string(),
+            document_mask ? "document masking; " : "", "context-attention buffers: masks ",
+            B{context[kActivations]}, " (activations, ", stores, " micro-batch slot(s)) + ", what,
+            " ", B{context[kWorkspace]}, " (workspace)"));
+  }
   if (explain && offload_acts) {
     note(kActivations, "+ tokens and chunk input, final norm, logits [n, v/tp], losses (b ", batch,
          " x s ", seq_len, "); without the offload the layers would take ", shard.chunks[0].size(),
@@ -491,7 +522,7 @@ MemoryEstimate estimate_stage(const Run& r, int pp_rank, bool explain) {
     }
     e.explain.push_back(txt("total: ", B{e.total}, " (pipeline stage ", pp_rank, " of ", pp,
                             ", tp ", tp, " dp ", dp, layout.ep > 1 ? txt(" ep ", layout.ep) : "",
-                            ")"));
+                            layout.cp > 1 ? txt(" cp ", layout.cp) : "", ")"));
   }
   return e;
 }

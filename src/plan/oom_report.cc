@@ -29,7 +29,7 @@ const char* remedy(MemCategory c) {
              "\"nvme\") or split the model";
     case MemCategory::activations:
       return "recompute (train.recompute), a smaller micro-batch (train.batch_size), or split "
-             "them (parallel.tp with parallel.sp, parallel.pp)";
+             "them (parallel.tp with parallel.sp, parallel.pp, parallel.cp over the sequence)";
     case MemCategory::comm:
       return "smaller gradient buckets (parallel.bucket_mb)";
     case MemCategory::workspace:

@@ -3,7 +3,8 @@
 // projections, causal attention as the kernels compute it (the triangle only), the memory-bound
 // kernels with the bytes of plan/perf_terms.h, the tensor-parallel collectives inside each layer
 // (on the critical path), pipeline transfers and the bubble, the bucketed data-parallel reduction
-// overlapped with the last micro-batch's backward, ZeRO's gathers, recomputation and AdamW.
+// overlapped with the last micro-batch's backward, ZeRO's gathers, recomputation and AdamW. One
+// layer's work, and context parallelism's exchanges, are in perf_layer.cc.
 #include "plan/perf_model.h"
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include "core/error.h"
 #include "model/shard.h"
 #include "plan/collectives.h"
+#include "plan/perf_layer.h"
 #include "plan/perf_terms.h"
 #include "run/run_plan.h"
 
@@ -50,116 +52,15 @@ double ms(double s) {
   return s * 1e3;
 }
 
-// The shapes one tp rank works on for one micro-batch.
-struct Shapes {
-  double b = 0, t = 0, n = 0, ns = 0, c = 0, hd = 0, nh = 0, nkv = 0, q = 0, a = 0, f = 0, F = 0,
-         V = 0, max_seq = 0;
-  // MoE (mixtral, qwen3_moe): f is the width a token runs through (its top_k experts and the
-  // shared experts), router the router's columns (experts). The MoE FFN is replicated over tp: it
-  // runs on moe_rows rows of this rank (all n without sp, redundantly on every tp rank; this
-  // rank's n / tp under sp), k rows per token; with ep > 1 its rows travel to the experts' ranks
-  // and back. expert_params: this rank's experts of one layer (experts / ep of them).
-  double router = 0, moe_rows = 0, k = 0, shared = 0, expert_params = 0;
-  // gelu: the MLP (gpt2) or the experts (model.moe.activation) are GELU, with one input
-  // projection of width f; otherwise SwiGLU's gate|up of 2f. in_mats: that projection's factor.
-  bool gelu = true;
-  double in_mats = 1;
-  bool moe = false, gpt2 = true, flash = false, lowp = false, bf16 = false, cpu = false,
-       tied = true, sp = false;
-  int64_t tp = 1, ep = 1;
-};
-
-struct Rates {
-  double gemm = 0, attn = 0, mem = 0, ce = 0;  // ce: bytes/s of the cross-entropy kernels
-};
-
-// One layer, one micro-batch, this tp rank.
-struct LayerWork {
-  double gemm_fwd = 0, attn_fwd = 0, attn_bwd = 0, mem_fwd = 0, mem_bwd = 0;
-  double probs_fwd = 0;  // bytes of naive attention's probabilities, forward
-  double fwd_s = 0, bwd_s = 0;
-  double tp_fwd_s = 0, tp_bwd_s = 0;
-};
-
-LayerWork layer_work(const Shapes& s, const Rates& r) {
-  using namespace perf;
-  LayerWork w;
-  const double ffn_rows = s.moe ? s.moe_rows : s.n;  // the rows the MLP or MoE FFN runs on
-  w.gemm_fwd =
-      2 * s.n * (s.c * s.q + s.a * s.c) + 2 * ffn_rows * (s.c * s.F + s.f * s.c + s.c * s.router);
-  // S = Q K^T and O = P V over the causal triangle: t(t+1)/2 keys per head and row pair.
-  w.attn_fwd = 2 * s.b * s.nh * s.hd * s.t * (s.t + 1);
-  // Backward: dP, dS, dQ, dK, dV (4 products, 2x) for naive attention; flash also recomputes S
-  // (FlashAttention-2's 2.5x).
-  w.attn_bwd = w.attn_fwd * (s.flash ? 2.5 : 2.0);
-  const double rope = s.gpt2 ? 0 : kRope * s.n * (s.nh + s.nkv) * s.hd;
-  const bool bf16_flash = s.bf16 && s.flash;
-  const bool gelu_bf16 = s.gpt2 && s.bf16;
-  w.mem_fwd = s.ns * s.c * (2 * kNormForward + 2 * kResidualAdd) + rope +
-              (s.gelu ? kGeluForward : kSwigluForward) * ffn_rows * s.f;
-  w.mem_bwd = s.ns * s.c * 2 * kNormBackward + rope +
-              (s.gelu ? kGeluBackward : kSwigluBackward) * ffn_rows * s.f;
-  if (s.moe) {
-    // Routing, the gather of each token's rows into expert order and the weighted combine, and
-    // their backwards (the router's input gradient added to the norm's, and the shared experts');
-    // with ep > 1 also the rows permuted for the exchange (sent, sorted and unsorted forward;
-    // sorted and unsorted backward).
-    const double rows = ffn_rows * s.k;
-    w.mem_fwd += (kMoeGather + kMoeCombineForward) * rows * s.c + 4 * ffn_rows * s.c +
-                 kMoeRouterForward * ffn_rows * s.router;
-    w.mem_bwd += (kMoeCombineBackward + kMoeScatterBackward) * rows * s.c + 4 * ffn_rows * s.c +
-                 kResidualAdd * ffn_rows * s.c * (s.shared > 0 ? 2 : 1) +
-                 kMoeRouterBackward * ffn_rows * s.router;
-    if (s.ep > 1) {
-      w.mem_fwd += 3 * kMoeGather * rows * s.c;
-      w.mem_bwd += 2 * kMoeGather * rows * s.c;
-    }
-  }
-  if (!s.flash) {
-    const double scores = s.b * s.nh * s.t * (s.t + 1) / 2;
-    w.probs_fwd = kAttentionProbsForward * scores;
-    w.mem_fwd += w.probs_fwd;
-    w.mem_bwd += kAttentionProbsBackward * scores;
-  }
-  if (s.gpt2) {
-    w.mem_fwd += kBiasCopy * s.n * (s.q + s.F);
-    w.mem_bwd += kBiasGrad * s.n * (s.q + s.F + 2 * s.c);
-  }
-  if (s.lowp) {
-    w.mem_fwd += kToLowp * (2 * s.ns * s.c + s.n * s.q + s.n * s.a +
-                            (gelu_bf16 ? 0 : ffn_rows * s.f) + (bf16_flash ? 0 : s.n * s.q));
-    w.mem_bwd += kToLowp * (s.n * (2 * s.c + s.q) + ffn_rows * s.F + (bf16_flash ? 0 : s.n * s.q) +
-                            (s.flash ? s.n * s.a : 0));
-  }
-  w.fwd_s = w.gemm_fwd / r.gemm + w.attn_fwd / r.attn + w.mem_fwd / r.mem;
-  w.bwd_s = 2 * w.gemm_fwd / r.gemm + w.attn_bwd / r.attn + w.mem_bwd / r.mem;
-  return w;
-}
-
-// Parameters of one rank's share of a layer: all of them, and the experts among them (an MoE
-// layer's group of its own, reduced over the expert-data-parallel group).
-double layer_params(const Shapes& s) {
-  double p = s.c * s.q + s.a * s.c;
-  if (s.moe)  // router, shared experts (gate|up, down) and this rank's experts
-    p += s.c * s.router + (s.in_mats + 1) * s.c * s.shared + s.expert_params;
-  else
-    p += s.c * s.F + s.f * s.c;
-  p += s.gpt2 ? s.q + s.c + s.f + s.c + 4 * s.c : 2 * s.c;
-  return p;
-}
-
-// The parameters of a layer every tp rank holds whole and, under sp, sums the gradients of over
-// the tp group once per step (ModelParallel::finish_gradients): the norms (and gpt2's biases of
-// the row-parallel outputs), and an MoE layer's router, shared and routed experts.
-double layer_tp_summed_params(const Shapes& s) {
-  if (s.moe) return 2 * s.c + s.c * s.router + (s.in_mats + 1) * s.c * s.shared + s.expert_params;
-  return s.gpt2 ? 6 * s.c : 2 * s.c;
-}
+using perf::LayerWork;
+using perf::Rates;
+using perf::Shapes;
 
 struct StageWork {
   int64_t layers = 0;
   bool embedding = false, head = false;
   double compute_s = 0, recompute_s = 0, tp_s = 0, ep_s = 0, p2p_s = 0;  // per micro-batch
+  double cp_s = 0;   // context parallelism's exchanges not hidden behind attention, per micro-batch
   double bwd_s = 0;  // per micro-batch (overlap window)
   double fwd_s = 0;
   double params = 0;         // this rank's parameters (elements)
@@ -167,7 +68,7 @@ struct StageWork {
   double tp_summed = 0;      // of which replicated over tp, their gradients summed under sp
   double first_group = 0;    // elements of the group its backward finishes last
   double flops = 0;          // executed per micro-batch
-  double total() const { return compute_s + tp_s + ep_s + p2p_s; }
+  double total() const { return compute_s + tp_s + ep_s + cp_s + p2p_s; }
 };
 
 }  // namespace
@@ -199,7 +100,7 @@ StepEstimate estimate_step(const RunConfig& config, int64_t world, const Cluster
   const TrainConfig& tr = config.train;
   const DeviceProfile& dev = cluster.device;
   const int64_t tp = plan.layout.tp, pp = plan.layout.pp, dp = plan.layout.dp;
-  const int64_t ep = plan.layout.ep, edp = plan.layout.edp();
+  const int64_t ep = plan.layout.ep, edp = plan.layout.edp(), cp = plan.layout.cp;
   const int64_t v = std::max<int64_t>(1, p.vpp);
   const int64_t m = plan.micro_batches;
   const Precision prec = tr.precision;
@@ -211,7 +112,11 @@ StepEstimate estimate_step(const RunConfig& config, int64_t world, const Cluster
   s.tp = tp;
   s.sp = p.sp && tp > 1;
   s.b = static_cast<double>(tr.batch_size);
-  s.t = static_cast<double>(tr.seq_len);
+  s.t = static_cast<double>(plan.seq_len);  // this rank's rows: train.seq_len / cp
+  s.T = static_cast<double>(tr.seq_len);
+  s.cp = cp;
+  s.context = cp > 1 || config.data.document_mask;
+  s.ulysses = p.cp_impl == CpImpl::ulysses;
   s.n = s.b * s.t;
   s.ns = s.sp ? s.n / static_cast<double>(tp) : s.n;
   s.c = static_cast<double>(model.d_model);
@@ -251,9 +156,9 @@ StepEstimate estimate_step(const RunConfig& config, int64_t world, const Cluster
   const double scale = dev.rank_scale(config.system.threads, ranks_on_node);
   Rates r;
   r.gemm = dev.matrix_flops(prec) * dev.gemm_efficiency * scale;
-  // The CPU engine runs attention in f32 except bf16 flash attention (fp16 and naive bf16 widen
-  // q, k, v first).
-  const Precision attn_prec = s.cpu && !(s.bf16 && s.flash) ? Precision::f32 : prec;
+  // The CPU engine runs attention in f32 except bf16 flash attention (fp16, naive bf16 and
+  // context attention widen q, k, v first).
+  const Precision attn_prec = s.cpu && (s.context || !(s.bf16 && s.flash)) ? Precision::f32 : prec;
   double attn_eff = dev.attention_efficiency;
   if (!s.flash && dev.naive_attention_efficiency > 0)
     attn_eff = dev.naive_attention_efficiency;
@@ -274,11 +179,16 @@ StepEstimate estimate_step(const RunConfig& config, int64_t world, const Cluster
   if (explain) {
     const int64_t nodes = (world + cluster.gpus_per_node - 1) / cluster.gpus_per_node;
     e.explain.push_back(
-        fmt("layout: tp %lld pp %lld dp %lld%s = %lld ranks on %lld node(s) of %lld; micro-batch "
+        fmt("layout: tp %lld pp %lld dp %lld%s%s = %lld ranks on %lld node(s) of %lld; micro-batch "
             "%lld x %lld per step, seq %lld, vpp %lld, schedule %s, zero %lld%s, precision %s, "
             "recompute %s",
             (long long)tp, (long long)pp, (long long)dp,
             ep > 1 ? fmt(" (ep %lld x edp %lld)", (long long)ep, (long long)edp).c_str() : "",
+            cp > 1 ? fmt(" (cp %lld %s x %lld replicas; %lld of %lld rows per sequence)",
+                         (long long)cp, enum_name(p.cp_impl).data(), (long long)(dp / cp),
+                         (long long)plan.seq_len, (long long)tr.seq_len)
+                         .c_str()
+                   : "",
             (long long)world, (long long)nodes, (long long)cluster.gpus_per_node,
             (long long)tr.batch_size, (long long)m, (long long)tr.seq_len, (long long)v,
             enum_name(p.schedule).data(), (long long)p.zero, s.sp ? ", sp" : "",
@@ -298,7 +208,7 @@ StepEstimate estimate_step(const RunConfig& config, int64_t world, const Cluster
   }
 
   // ---- one layer ----
-  const LayerWork lw = layer_work(s, r);
+  const LayerWork lw = perf::layer_work(s, r);
   const double X = s.n * s.c;                            // elements of a full [rows, C] activation
   const double tp_reduce_bytes = s.cpu ? 4 : act_bytes;  // the CPU engine reduces f32 partials
   const double tp_gather_lp = s.cpu ? (lowp ? 2 : 4) : act_bytes;
@@ -354,11 +264,14 @@ StepEstimate estimate_step(const RunConfig& config, int64_t world, const Cluster
     ep_layer_fwd = ep_counts.seconds + 2 * ep_a2a.seconds - ep_hidden_fwd;
     ep_layer_bwd = 2 * ep_a2a.seconds - ep_hidden_bwd;
   }
+  // Context parallelism (perf_layer.h): the ring's transfers beside each step's attention, or
+  // Ulysses' all-to-alls, per layer and micro-batch.
+  const perf::ContextExchange cpx = perf::context_exchange(s, lw, r, cluster);
   // Recomputation per recomputed layer: full reruns the block forward (its collectives too);
   // selective reruns naive attention's forward (flash attention recomputes anyway: nothing).
   double rc_layer = 0;
   if (tr.recompute == Recompute::full)
-    rc_layer = lw.fwd_s + tp_layer_fwd + ep_layer_fwd;
+    rc_layer = lw.fwd_s + tp_layer_fwd + ep_layer_fwd + cpx.fwd_exposed_s;
   else if (tr.recompute == Recompute::selective && !s.flash)
     rc_layer = lw.attn_fwd / r.attn + lw.probs_fwd / r.mem;
   if (explain) {
@@ -382,6 +295,28 @@ StepEstimate estimate_step(const RunConfig& config, int64_t world, const Cluster
           shown.algorithm, shown.bandwidth / 1e9, shown.latency_s * 1e6, ms(shown.seconds),
           ms(tp_layer_fwd), ms(tp_layer_bwd)));
     }
+    if (cp > 1 && s.ulysses)
+      e.explain.push_back(fmt(
+          "cp per layer (ulysses): all-to-all of q|k|v %.4g MB and of the output %.4g MB (f32) "
+          "over %lld ranks (%s, %.4g GB/s) = %.3f + %.3f ms; forward 1 each = %.3f ms, backward "
+          "2 each = %.3f ms, all exposed",
+          cpx.block_bytes / 1e6, s.n * s.a * 4 / 1e6, (long long)cp,
+          cpx.block.inter_node ? cluster.inter.kind.c_str() : cluster.intra.kind.c_str(),
+          cpx.block.bandwidth / 1e9, ms(cpx.block.seconds), ms(cpx.out.seconds), ms(cpx.fwd_s),
+          ms(cpx.bwd_s)));
+    else if (cp > 1)
+      e.explain.push_back(fmt(
+          "cp per layer (ring): key/value block %.4g MB (f32) to the next of %lld ranks (%s, "
+          "%.4g GB/s, %.3g us) = %.3f ms per send; forward %lld sends beside %.3f ms of "
+          "attention each = %.3f ms, exposed %.3f ms; backward %lld blocks + %lld gradient "
+          "blocks beside %.3f ms each = %.3f ms, exposed %.3f ms (attention per rank: 1/%lld of "
+          "the sequence's)",
+          cpx.block_bytes / 1e6, (long long)cp,
+          cpx.block.inter_node ? cluster.inter.kind.c_str() : cluster.intra.kind.c_str(),
+          cpx.block.bandwidth / 1e9, cpx.block.latency_s * 1e6, ms(cpx.block.seconds),
+          (long long)(cp - 1), ms(cpx.step_fwd_s), ms(cpx.fwd_s), ms(cpx.fwd_exposed_s),
+          (long long)(cp - 1), (long long)cp, ms(cpx.step_bwd_s), ms(cpx.bwd_s),
+          ms(cpx.bwd_exposed_s), (long long)cp));
     if (s.moe)
       e.explain.push_back(fmt(
           "MoE per layer: %.4g rows of %lld routed to %lld of %lld experts (+ shared width "
@@ -428,7 +363,7 @@ StepEstimate estimate_step(const RunConfig& config, int64_t world, const Cluster
   const int64_t G = pp * v;
   const std::vector<int64_t> counts =
       stage_layer_counts(model.n_layer, static_cast<int>(G), p.stage_layers);
-  const double lp = layer_params(s), lp_dense = lp - s.expert_params;
+  const double lp = perf::layer_params(s), lp_dense = lp - s.expert_params;
   const double emb_params = s.V * s.c + (s.gpt2 ? s.max_seq * s.c : 0);
   const double head_params = (s.gpt2 ? 2 : 1) * s.c + (!s.tied || pp > 1 ? s.V * s.c : 0);
   const double boundary_bytes = s.ns * s.c * (s.cpu ? 4 : act_bytes);
@@ -458,10 +393,11 @@ StepEstimate estimate_step(const RunConfig& config, int64_t world, const Cluster
     st.bwd_s = Ld * lw.bwd_s;
     st.tp_s = Ld * (tp_layer_fwd + tp_layer_bwd);
     st.ep_s = Ld * (ep_layer_fwd + ep_layer_bwd);
+    st.cp_s = Ld * (cpx.fwd_exposed_s + cpx.bwd_exposed_s);
     st.flops += Ld * layer_flops;
     st.params = Ld * lp;
     st.expert_params = Ld * s.expert_params;
-    st.tp_summed = Ld * layer_tp_summed_params(s);
+    st.tp_summed = Ld * perf::layer_tp_summed_params(s);
     st.first_group = lp_dense;
     st.embedding = i == 0;
     st.head = i == (G - 1) % pp;
@@ -500,10 +436,11 @@ StepEstimate estimate_step(const RunConfig& config, int64_t world, const Cluster
       const StageWork& st = stages[i];
       e.explain.push_back(
           fmt("stage %zu per micro-batch: %lld layers%s%s: forward %.3f ms + backward %.3f ms + "
-              "recompute %.3f ms + tp %.3f ms%s + p2p %.3f ms = %.3f ms%s",
+              "recompute %.3f ms + tp %.3f ms%s%s + p2p %.3f ms = %.3f ms%s",
               i, (long long)st.layers, st.embedding ? " + embedding" : "", st.head ? " + head" : "",
               ms(st.fwd_s), ms(st.bwd_s), ms(st.recompute_s), ms(st.tp_s),
-              ep > 1 ? fmt(" + ep %.3f ms", ms(st.ep_s)).c_str() : "", ms(st.p2p_s), ms(st.total()),
+              ep > 1 ? fmt(" + ep %.3f ms", ms(st.ep_s)).c_str() : "",
+              cp > 1 ? fmt(" + cp %.3f ms", ms(st.cp_s)).c_str() : "", ms(st.p2p_s), ms(st.total()),
               i == busiest ? " (busiest)" : ""));
     }
     e.explain.push_back(fmt(
@@ -653,9 +590,13 @@ StepEstimate estimate_step(const RunConfig& config, int64_t world, const Cluster
   e.optimizer_s = opt_s;
   e.tp_comm_s = md * hot.tp_s + tp_grad_sum_s;
   e.ep_comm_s = md * hot.ep_s;
+  const double layers_hot = static_cast<double>(hot.layers);
+  e.cp_comm_s = md * layers_hot * (cpx.fwd_s + cpx.bwd_s);
+  e.cp_hidden_s = e.cp_comm_s - md * hot.cp_s;
   e.pp_comm_s = pp > 1 ? md * 2 * static_cast<double>(v) * p2p.seconds : 0;
   e.dp_comm_s = dp_total;
-  e.comm_exposed_s = md * (hot.tp_s + hot.ep_s + hot.p2p_s) + dp_exposed + tp_grad_sum_s + scalars;
+  e.comm_exposed_s =
+      md * (hot.tp_s + hot.ep_s + hot.cp_s + hot.p2p_s) + dp_exposed + tp_grad_sum_s + scalars;
   e.bubble_s = std::max(0.0, e.step_s - e.compute_s - e.comm_exposed_s - e.optimizer_s);
   const double tokens = s.n * md * static_cast<double>(dp);
   e.tokens_per_s = tokens / e.step_s;

@@ -4,7 +4,8 @@
 // node when it fits), the pipeline bubble of the schedule, the overlap strata implements
 // (bucketed gradient reduction during backward, ZeRO-3 prefetch) and recomputation; for
 // Mixture-of-Experts models the experts' FLOPs of the top_k a token runs through, and with
-// expert parallelism the all-to-all token exchanges (balanced routing assumed).
+// expert parallelism the all-to-all token exchanges (balanced routing assumed); with context
+// parallelism each rank's 1/cp of the attention and the ring's or Ulysses' exchanges.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -25,6 +26,9 @@ struct StepEstimate {
   double tp_comm_s = 0, dp_comm_s = 0, pp_comm_s = 0;  // totals before overlap
   double ep_comm_s = 0;  // expert parallelism's exchanges (MoE), all exposed but what shared
                          // experts hide
+  // Context parallelism's exchanges (ring blocks or Ulysses all-to-alls), all of them, and the
+  // part the ring hides behind the attention of its steps (cp_comm_s - cp_hidden_s is exposed).
+  double cp_comm_s = 0, cp_hidden_s = 0;
   double tokens_per_s = 0;
   double mfu = 0;          // model FLOPs (no recomputation) / (step_s * ranks * peak matrix rate)
   double model_flops = 0;  // per step, all ranks: (6 N + 12 L C T) * tokens (PaLM / Megatron)

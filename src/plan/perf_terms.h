@@ -32,8 +32,14 @@ constexpr double kMoeCombineBackward = 12;  // read dy and the row's output, wri
 constexpr double kMoeScatterBackward = 4;   // read each row's gradient (+ 4 per token element)
 constexpr double kMoeRouterForward = 12;    // per router logit: softmax, top-k, balancing losses
 constexpr double kMoeRouterBackward = 12;   // per router logit
-constexpr double kAdamW = 28;               // per parameter: read p, g, m, v; write p, m, v (f32)
-constexpr double kGradNorm = 4;             // per gradient element: one read
+// Context attention (model/context_attention.cc), per element of the [n, 2 nkv hd] key/value
+// block (ring) or of the exchanged [n, width] tensor (Ulysses):
+constexpr double kContextCopy = 8;  // a relayout: k|v packed or unpacked, Ulysses' (un)staging
+constexpr double kContextZero = 4;  // an accumulator zeroed
+constexpr double kRingMerge = 12;   // per [n, nh hd] element: two partial outputs read, one written
+constexpr double kRingGradAdd = 12;  // an arriving gradient accumulator added to this step's
+constexpr double kAdamW = 28;        // per parameter: read p, g, m, v; write p, m, v (f32)
+constexpr double kGradNorm = 4;      // per gradient element: one read
 constexpr double kZeroGrads = 4;
 
 }  // namespace strata::perf

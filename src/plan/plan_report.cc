@@ -26,6 +26,8 @@ nlohmann::json planned_layout_json(const PlannedLayout& l) {
                         {"pp", p.pp},
                         {"dp", data_parallel_size(p, l.world)},
                         {"ep", p.ep},
+                        {"cp", p.cp},
+                        {"cp_impl", enum_name(p.cp_impl)},
                         {"vpp", p.vpp},
                         {"sp", p.sp},
                         {"zero", p.zero},
@@ -49,6 +51,8 @@ nlohmann::json planned_layout_json(const PlannedLayout& l) {
                  {"dp_comm_s", l.step.dp_comm_s},
                  {"pp_comm_s", l.step.pp_comm_s},
                  {"ep_comm_s", l.step.ep_comm_s},
+                 {"cp_comm_s", l.step.cp_comm_s},
+                 {"cp_hidden_s", l.step.cp_hidden_s},
                  {"tokens_per_s", l.step.tokens_per_s},
                  {"mfu", l.step.mfu}};
   return j;
@@ -92,13 +96,19 @@ std::string format_step(const StepEstimate& s) {
                 format_seconds(s.step_s).c_str(), format_count(s.tokens_per_s).c_str(), 100 * s.mfu,
                 pct(s.compute_s), pct(s.recompute_s), pct(s.comm_exposed_s), pct(s.bubble_s),
                 pct(s.optimizer_s));
-  return line;
+  std::string out = line;
+  if (s.cp_comm_s > 0) {  // context parallelism: its exchanges, and what attention hides of them
+    std::snprintf(line, sizeof line, "; cp exchanges %s, %.0f%% hidden behind attention",
+                  format_seconds(s.cp_comm_s).c_str(), 100 * s.cp_hidden_s / s.cp_comm_s);
+    out += line;
+  }
+  return out;
 }
 
 std::string format_ranking(const std::vector<PlannedLayout>& layouts) {
   std::string out =
-      "   #  tp  pp    dp  ep vpp sp zero   mb x  m  recompute    mem/rank      step    tokens/s"
-      "    MFU  comm bubble\n";
+      "   #  tp  pp    dp  ep  cp vpp sp zero   mb x  m  recompute    mem/rank      step    "
+      "tokens/s    MFU  comm bubble\n";
   int i = 0;
   for (const PlannedLayout& l : layouts) {
     const ParallelConfig& p = l.config.parallel;
@@ -106,12 +116,12 @@ std::string format_ranking(const std::vector<PlannedLayout>& layouts) {
     char line[256];
     std::snprintf(
         line, sizeof line,
-        "  %2d %3lld %3lld %5lld %3lld %3lld %2s %4lld %4lld x %2lld  %-9s %11s %9s %11s %5.1f%% "
-        "%4.0f%% %5.0f%%\n",
+        "  %2d %3lld %3lld %5lld %3lld %3lld %3lld %2s %4lld %4lld x %2lld  %-9s %11s %9s %11s "
+        "%5.1f%% %4.0f%% %5.0f%%\n",
         ++i, static_cast<long long>(p.tp), static_cast<long long>(p.pp),
         static_cast<long long>(data_parallel_size(p, l.world)), static_cast<long long>(p.ep),
-        static_cast<long long>(p.vpp), p.sp ? "y" : "-", static_cast<long long>(p.zero),
-        static_cast<long long>(l.config.train.batch_size),
+        static_cast<long long>(p.cp), static_cast<long long>(p.vpp), p.sp ? "y" : "-",
+        static_cast<long long>(p.zero), static_cast<long long>(l.config.train.batch_size),
         static_cast<long long>(micro_batches_per_step(l.config)),
         enum_name(l.config.train.recompute).data(),
         format_bytes(static_cast<double>(l.memory.total)).c_str(), format_seconds(s.step_s).c_str(),

@@ -82,11 +82,21 @@ out=$("$strata" plan "$src/configs/mixtral-tiny.toml" --gpus 4 --set parallel.ep
   --set data.source=synthetic --cluster a100 --top 3)
 check "MoE: the layout names ep" contains "$out" "the config's layout: tp 1 pp 1 dp 4 ep 2 zero 0"
 check "MoE: the buffers' worst-case routing is stated" contains "$out" "worst-case routing"
-check "MoE: the ranking has an ep column" contains "$out" "dp  ep vpp"
+check "MoE: the ranking has an ep column" contains "$out" "dp  ep  cp vpp"
 "$strata" plan "$src/configs/mixtral-tiny.toml" --gpus 4 --set parallel.ep=2 \
   --set data.source=synthetic --cluster a100 --json >"$work/moe.json"
 check "MoE JSON: layout ep 2, a note, an exchange time" test "$(json_get "$work/moe.json" \
   'j["given"]["layout"]["ep"] == 2 and len(j["given"]["memory"]["notes"]) == 1 and j["given"]["step"]["ep_comm_s"] > 0')" = True
+echo "-- context parallelism: cp in the layout, the buffers' note, the exchanges in the step line"
+cp_args=(--gpus 4 --set parallel.cp=2 --set model.attention=flash --set data.source=synthetic
+  --cluster a100)
+out=$("$strata" plan "$src/configs/llama-tiny.toml" "${cp_args[@]}" --top 3 2>&1)
+check "cp: the layout names cp" contains "$out" "the config's layout: tp 1 pp 1 dp 4 cp 2 zero 0"
+check "cp: the note gives the rows per rank" contains "$out" "each rank holds 128 of the 256 rows"
+check "cp: the step line has the exchanges" contains "$out" "cp exchanges"
+"$strata" plan "$src/configs/llama-tiny.toml" "${cp_args[@]}" --json >"$work/cp.json"
+check "cp JSON: layout cp 2, its note, exchange time" test "$(json_get "$work/cp.json" \
+  'j["given"]["layout"]["cp"] == 2 and j["given"]["step"]["cp_comm_s"] > 0 and any("context parallelism cp 2" in n for n in j["given"]["memory"]["notes"])')" = True
 # (Exit 2: with strata's worst-case expert buffers the published layout does not fit 80 GB;
 # docs/PLANNER.md. The plan is made all the same: not an error, which is exit 1.)
 out=$("$strata" plan "$src/configs/plan/mixtral-8x7b.toml" --cluster h100x64 --no-search 2>&1)

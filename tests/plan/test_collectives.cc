@@ -121,6 +121,22 @@ TEST(Collectives, PointToPoint) {
   EXPECT_DOUBLE_EQ(out.seconds, send_s(1e8, 50e9 * 0.9, 7e-6));
 }
 
+// Ring attention's step: every rank of the cp group sends a block to the next at once. cp ranks
+// at stride tp: on one node every hop is NVLink; once tp x cp outgrows the node some hop crosses
+// the network and sets the time.
+TEST(Collectives, RingExchangeOfContextParallelism) {
+  const ClusterProfile c = load_cluster_profile("h100");
+  const CollectiveCost in = ring_exchange_cost(1e8, 4, 2, c);  // tp 2 x cp 4 = 8: one node
+  EXPECT_FALSE(in.inter_node);
+  EXPECT_DOUBLE_EQ(in.seconds, send_s(1e8, 450e9 * 0.8, 3e-6));
+  const CollectiveCost out = ring_exchange_cost(1e8, 4, 4, c);  // tp 4 x cp 4 = 16: two nodes
+  EXPECT_TRUE(out.inter_node);
+  EXPECT_DOUBLE_EQ(out.seconds, send_s(1e8, 50e9 * 0.9, 7e-6));
+  EXPECT_TRUE(ring_exchange_cost(1e8, 2, 8, c).inter_node);  // tp 8: each cp rank a node
+  EXPECT_EQ(ring_exchange_cost(1e8, 1, 1, c).seconds, 0.0);
+  EXPECT_EQ(ring_exchange_cost(0, 4, 1, c).seconds, 0.0);
+}
+
 TEST(Collectives, MeasuredOverridesPerOperation) {
   ClusterProfile c = load_cluster_profile("a100");
   c.intra.ops[static_cast<int>(CollectiveOp::reduce_scatter)] = OpCost{2e9, 10e-6};

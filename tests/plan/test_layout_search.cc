@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "plan/layout_search.h"
 #include "plan/oom_report.h"
+#include "plan/plan_report.h"
 #include "run/config.h"
 
 namespace strata {
@@ -148,6 +149,58 @@ TEST(LayoutSearch, OneTrillionParametersOn3072GpusIsQuick) {
   EXPECT_NE(best.describe().find("micro-batch 1 x 512"), std::string::npos) << best.describe();
   EXPECT_GT(best.step.mfu, 0.50) << best.describe();
   EXPECT_LT(best.step.mfu, 0.56) << best.describe();
+}
+
+// Context parallelism in the search: a Llama-3-8B-shaped model at 256K tokens per sequence on two
+// nodes of H100 with 64 GiB per rank for the arena. Without cp the activations of a sequence do not
+// fit even split 8 ways by tp + sp with full recomputation (cp stays inside dp, so a replica of 16
+// ranks is tp 8 x cp 2 and the like); with cp they do, and the search picks it. The global batch
+// of 2 sequences is kept: cp ranks read the same sequences, so there are dp / cp replicas.
+TEST(LayoutSearch, LongSequencesPickContextParallelismWhenNothingElseFits) {
+  const RunConfig config = parse_config(
+      "[model]\nfamily = \"llama\"\nn_layer = 32\nn_head = 32\nn_kv_head = 8\nd_model = 4096\n"
+      "d_ff = 14336\nvocab_size = 128256\nmax_seq_len = 262144\nattention = \"flash\"\n"
+      "[train]\nbatch_size = 1\nseq_len = 262144\nprecision = \"bf16\"\n"
+      "[data]\nsource = \"synthetic\"\n",
+      "long-llama", {});
+  const ClusterProfile cluster = load_cluster_profile("h100");
+  SearchOptions options;
+  options.gpus = 16;
+  options.global_batch = 2;
+  options.capacity = int64_t{64} << 30;
+  options.top = 1000;  // every fitting layout
+  const SearchResult result = search_layouts(config, cluster, options);
+  ASSERT_FALSE(result.ranked.empty());
+  std::set<int64_t> cps;
+  for (const PlannedLayout& l : result.ranked) {
+    EXPECT_GT(l.config.parallel.cp, 1) << l.describe();
+    EXPECT_LE(l.memory.total, options.capacity) << l.describe();
+    // Each replica still reads its share of the 2 sequences.
+    EXPECT_EQ(config_global_batch(l.config, 16), 2) << l.describe();
+    cps.insert(l.config.parallel.cp);
+  }
+  EXPECT_GE(cps.size(), 2u);  // cp 2 with tp 8 up to cp 16 without tp
+  const PlannedLayout& best = result.ranked.front();
+  EXPECT_NE(best.describe().find(" cp "), std::string::npos) << best.describe();
+  // The best layout without cp, tp 8 + sp with full recomputation and ZeRO-3 over dp 2, is over
+  // the budget mostly in activations; the same with cp 2 halves them and fits.
+  RunConfig tp8 = config;
+  tp8.parallel.tp = 8;
+  tp8.parallel.sp = true;
+  tp8.parallel.zero = 3;
+  tp8.train.recompute = Recompute::full;
+  tp8.train.grad_accum = 1;
+  const PlannedLayout without = evaluate_layout(tp8, 16, &cluster, options.capacity);
+  EXPECT_FALSE(without.fits()) << format_memory(without);
+  RunConfig cp2 = tp8;
+  cp2.parallel.cp = 2;
+  cp2.train.grad_accum = 2;  // the replica's 2 sequences, one micro-batch each
+  const PlannedLayout with = evaluate_layout(cp2, 16, &cluster, options.capacity);
+  EXPECT_TRUE(with.fits()) << format_memory(with);
+  EXPECT_EQ(config_global_batch(cp2, 16), 2);
+  EXPECT_EQ(2 * with.memory.activation_bytes_per_layer, without.memory.activation_bytes_per_layer);
+  EXPECT_GT(with.step.cp_comm_s, 0.0);
+  EXPECT_NE(format_step(with.step).find("cp exchanges"), std::string::npos);
 }
 
 TEST(LayoutSearch, OomDemoOnThisMachineFitsOnceSplitOrWithSmallerMicroBatches) {

@@ -71,6 +71,7 @@ MemBytes build_rank(const RunConfig& config, int world, int pp_rank, const std::
   const int m = static_cast<int>(plan.micro_batches);
   ShapeComm dp_comm(0, dp, "dp"), tp_comm(0, tp, "tp"), pp_comm(pp_rank, pp, "pp");
   ShapeComm ep_comm(0, ep, "ep"), edp_comm(0, plan.layout.edp(), "edp");
+  ShapeComm cp_comm(0, plan.layout.cp, "cp");
   Arena arena;
   DataParallel data_parallel(dp_comm, plan.data_parallel, &edp_comm);
   DecoderOptions o = plan.decoder_options(0, pp_rank, 0);
@@ -84,7 +85,10 @@ MemBytes build_rank(const RunConfig& config, int world, int pp_rank, const std::
       o.chunk_slots = pipeline_slots_needed(actions, vpp);
     }
   }
-  Decoder model(config.model, arena, t.batch_size, t.seq_len, o);
+  // Trainer::build_model: the cp group, and the Decoder at this rank's rows per sequence.
+  o.context = {plan.layout.cp > 1 ? &cp_comm : nullptr, config.parallel.cp_impl,
+               config.data.document_mask};
+  Decoder model(config.model, arena, t.batch_size, plan.seq_len, o);
   data_parallel.setup(model.params(), arena);
   std::unique_ptr<AdamW> adam;
   std::unique_ptr<OffloadedAdamW> offload;
@@ -122,8 +126,9 @@ MemBytes build_single(const RunConfig& config, const std::string& dir) {
   const RunPlan plan = resolve_run_plan(config, 1, false);
   const TrainConfig& t = config.train;
   Arena arena;
-  const DecoderOptions o = plan.decoder_options();
-  Decoder model(config.model, arena, t.batch_size, t.seq_len, o);
+  DecoderOptions o = plan.decoder_options();
+  o.context = {nullptr, config.parallel.cp_impl, config.data.document_mask};
+  Decoder model(config.model, arena, t.batch_size, plan.seq_len, o);
   std::unique_ptr<AdamW> adam;
   std::unique_ptr<OffloadedOptimizer> offload;
   if (plan.optimizer_offload == OptimizerOffload::nvme) {
@@ -201,6 +206,11 @@ TEST(MemoryModel, OneProcessMatchesTheArenaExactly) {
            {"train.activation_offload=true", "train.precision=bf16", "train.recompute=selective",
             "model.attention=naive"},
            {"train.grad_accum=3", "train.seq_len=16"},
+           // Document masking on one rank: ContextAttention's masks and its one-block ring.
+           {"model.attention=flash", "data.document_mask=true", "data.eos_id=7"},
+           {"model.family=llama", "model.n_kv_head=2", "model.attention=flash",
+            "data.document_mask=true", "data.eos_id=7", "train.precision=bf16",
+            "train.recompute=full"},
            // The MoE layer's kept tensors and scratch (mixtral: f32 only).
            {"model.family=mixtral", "model.n_kv_head=2", "model.moe.experts=4"},
            {"model.family=mixtral", "model.n_kv_head=2", "model.moe.experts=4",
@@ -238,7 +248,10 @@ TEST(MemoryModel, TrainerMatchesTheArenaExactly) {
            {"optim.offload=cpu", "train.precision=bf16", "train.activation_offload=true"},
            // MoE: every layer's experts a parameter group of their own.
            {"model.family=mixtral", "model.n_kv_head=2", "model.moe.experts=4",
-            "model.moe.shared_experts=1", "model.moe.shared_ffn=32"}}) {
+            "model.moe.shared_experts=1", "model.moe.shared_ffn=32"},
+           // Document masking (synthetic tokens: data.eos_id ends a document).
+           {"model.family=llama", "model.n_kv_head=2", "model.attention=flash",
+            "data.document_mask=true", "data.eos_id=5"}}) {
     const std::string dir = test_support::fresh_dir("memory_model_trainer");
     const RunConfig c = small(dir, sets);
     Trainer trainer(c);
@@ -345,6 +358,68 @@ TEST(MemoryModel, MixtureOfExpertsRanksMatchTheArenaExactly) {
   };
   expect_ranks_equal(cases, dir);
   std::filesystem::remove_all(dir);
+}
+
+// Context parallelism (parallel.cp, carved out of dp): the Decoder at train.seq_len / cp rows per
+// sequence, plus ContextAttention's masks per activation store and its ring or Ulysses buffers;
+// composed with ZeRO, bf16, tp with and without sp, pipelines (several stores per rank),
+// recomputation, activation offload, document masking, MoE, and both implementations.
+TEST(MemoryModel, ContextParallelRanksMatchTheArenaExactly) {
+  const std::string dir = test_support::fresh_dir("memory_model_cp_ranks");
+  const std::vector<std::string> flash = {"model.attention=flash"};
+  auto with = [&](std::vector<std::string> sets) {
+    sets.insert(sets.begin(), flash.begin(), flash.end());
+    return sets;
+  };
+  const std::vector<RankCase> cases = {
+      {with({"parallel.cp=2"}), 2},
+      {with({"parallel.cp=2", "parallel.cp_impl=ulysses", "model.family=llama",
+             "model.n_kv_head=2"}),
+       2},
+      {with({"parallel.cp=2", "data.document_mask=true", "data.eos_id=3"}), 2},
+      {with({"parallel.cp=2", "parallel.cp_impl=ulysses", "data.document_mask=true",
+             "data.eos_id=3"}),
+       2},
+      {with({"parallel.cp=4", "parallel.zero=1", "train.precision=bf16"}), 4},
+      {with({"parallel.cp=2", "parallel.zero=3", "parallel.bucket_mb=0.05"}), 4},
+      {with({"parallel.cp=2", "parallel.tp=2"}), 4},
+      {with({"parallel.cp=2", "parallel.tp=2", "parallel.sp=true", "model.family=llama",
+             "model.n_kv_head=2"}),
+       4},
+      {with({"parallel.cp=2", "parallel.cp_impl=ulysses", "parallel.tp=2"}), 4},
+      {with({"parallel.cp=2", "train.recompute=full", "train.recompute_layers=2"}), 2},
+      {with({"parallel.cp=2", "train.activation_offload=true"}), 2},
+      {with({"parallel.cp=2", "parallel.pp=2", "train.grad_accum=4"}), 4, 0},
+      {with({"parallel.cp=2", "parallel.pp=2", "parallel.vpp=2", "parallel.schedule=interleaved",
+             "train.grad_accum=4"}),
+       4, 1},
+      {with({"parallel.cp=2", "parallel.ep=2", "model.family=mixtral", "model.n_kv_head=2",
+             "model.moe.experts=4"}),
+       2},
+  };
+  expect_ranks_equal(cases, dir);
+  std::filesystem::remove_all(dir);
+}
+
+// The local rows are what shrinks: cp 2 holds half of every activation a layer keeps, and the
+// report says so in a note.
+TEST(MemoryModel, ContextParallelismHalvesTheActivationsAndSaysSo) {
+  const RunConfig one = small("unused", {"model.attention=flash"});
+  const RunConfig two = small("unused", {"model.attention=flash", "parallel.cp=2"});
+  const MemoryEstimate e1 = estimate_rank_memory(one, 2, 0), e2 = estimate_rank_memory(two, 2, 0);
+  EXPECT_EQ(2 * e2.activation_bytes_per_layer, e1.activation_bytes_per_layer);
+  EXPECT_EQ(e2.category(MemCategory::params), e1.category(MemCategory::params));
+  EXPECT_TRUE(e1.notes.empty());
+  ASSERT_EQ(e2.notes.size(), 1u);
+  EXPECT_NE(e2.notes[0].find("context parallelism cp 2 (ring): each rank holds 16 of the 32 rows"),
+            std::string::npos)
+      << e2.notes[0];
+  EXPECT_NE(e2.explain.back().find(" cp 2"), std::string::npos) << e2.explain.back();
+  const MemoryEstimate ulysses = estimate_rank_memory(
+      small("unused", {"model.attention=flash", "parallel.cp=2", "parallel.cp_impl=ulysses"}), 2,
+      0);
+  ASSERT_EQ(ulysses.notes.size(), 1u);
+  EXPECT_NE(ulysses.notes[0].find("Ulysses exchange buffers"), std::string::npos);
 }
 
 // The planner states what the expert buffers of ep > 1 assume; ep = 1 holds n * top_k rows exactly.

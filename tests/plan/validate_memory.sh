@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The memory model against real runs: for each configuration (layouts tp/pp/dp/vpp/sp/ep, ZeRO
+# The memory model against real runs: for each configuration (layouts tp/pp/dp/vpp/sp/ep/cp, ZeRO
 # stages 0-3, recomputation, precision, attention kernel, sequence length, optimizer offload,
-# Mixture of Experts),
+# Mixture of Experts, context parallelism and document masking),
 # `strata plan --json` predicts the arena of pipeline stage 0 and a one-step run on 1, 2 or 4
 # ranks measures it (the "mem" object of the last line of metrics.jsonl, which is world rank 0:
 # tp rank 0, dp rank 0, pp rank 0). Prints a table (markdown) of predicted and measured bytes,
@@ -136,6 +136,24 @@ case_ 4 "tp 2 + sp, dp 2 = ep 2, mixtral, capacity 1.25" "${moe[@]}" parallel.tp
   parallel.ep=2 model.moe.capacity_factor=1.25
 case_ 4 "pp 2, dp 2 = ep 2, mixtral, 4 micro-batches, stages 3/1" "${moe[@]}" parallel.pp=2 \
   parallel.ep=2 train.grad_accum=4 "parallel.stage_layers=[3,1]"
+# Context parallelism (parallel.cp, carved out of dp; flash attention): the Decoder at
+# train.seq_len / cp rows per sequence, ContextAttention's masks per activation store and its ring
+# or Ulysses buffers; document masking over synthetic tokens (data.eos_id ends a document).
+cpf=(model.attention=flash)
+case_ 1 "1 rank, document masking, llama GQA" "${cpf[@]}" model.family=llama model.n_kv_head=2 \
+  data.document_mask=true data.eos_id=5
+case_ 2 "dp 2 = cp 2, ring" "${cpf[@]}" parallel.cp=2
+case_ 2 "dp 2 = cp 2, ulysses, llama GQA" "${cpf[@]}" parallel.cp=2 parallel.cp_impl=ulysses \
+  model.family=llama model.n_kv_head=2
+case_ 2 "dp 2 = cp 2, ring, document masking" "${cpf[@]}" parallel.cp=2 \
+  data.document_mask=true data.eos_id=5
+case_ 4 "tp 2 + sp, dp 2 = cp 2, ring, llama GQA, bf16" "${cpf[@]}" parallel.tp=2 \
+  parallel.sp=true parallel.cp=2 model.family=llama model.n_kv_head=2 train.precision=bf16
+case_ 4 "dp 4, cp 4, ZeRO-1, ring, full recompute" "${cpf[@]}" parallel.cp=4 parallel.zero=1 \
+  train.recompute=full
+case_ 4 "pp 2, dp 2 = cp 2, ulysses, document masking, 4 micro-batches, stages 3/1" "${cpf[@]}" \
+  parallel.pp=2 parallel.cp=2 parallel.cp_impl=ulysses data.document_mask=true data.eos_id=5 \
+  train.grad_accum=4 "parallel.stage_layers=[3,1]"
 
 python3 - "$cases" <<'EOF' || failed=1
 import json, sys
