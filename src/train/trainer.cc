@@ -552,21 +552,20 @@ void Trainer::write_metrics(const StepResult& r, double tokens_per_s, double mfu
   j["tokens_per_s"] = tokens_per_s;
   j["mfu"] = mfu;
   j["step_ms"] = 1e3 * r.seconds;
-  j["time"] = {
-      {"data_s", r.data_s},
-      {"compute_s", r.compute_s},
-      {"comm_exposed_s", r.comm_exposed_s},
-      {"optimizer_s", r.optimizer_s},
-      {"tp_comm_s", r.tp_comm_s},
-      {"ep_comm_s", r.ep_comm_s},
-      {"cp_comm_s", r.cp_comm_s},
-      {"bubble_s", r.bubble_s},
-      {"other_s",
-       std::max(0.0, r.seconds - r.data_s - r.compute_s - r.comm_exposed_s - r.optimizer_s -
-                         r.bubble_s - r.tp_comm_s - r.ep_comm_s - r.cp_comm_s)}};
-  j["comm_share"] =
-      r.seconds > 0 ? (r.comm_exposed_s + r.tp_comm_s + r.ep_comm_s + r.cp_comm_s) / r.seconds
-                    : 0.0;
+  j["time"] = {{"data_s", r.data_s},
+               {"compute_s", r.compute_s},
+               {"comm_exposed_s", r.comm_exposed_s},
+               {"optimizer_s", r.optimizer_s},
+               {"tp_comm_s", r.tp_comm_s},
+               {"ep_comm_s", r.ep_comm_s},
+               {"cp_comm_s", r.cp_comm_s},
+               {"bubble_s", r.bubble_s},
+               {"other_s", std::max(0.0, r.seconds - r.data_s - r.compute_s - r.comm_exposed_s -
+                                             r.optimizer_s - r.bubble_s - r.tp_comm_s -
+                                             r.ep_comm_s - r.cp_comm_s)}};
+  j["comm_share"] = r.seconds > 0
+                        ? (r.comm_exposed_s + r.tp_comm_s + r.ep_comm_s + r.cp_comm_s) / r.seconds
+                        : 0.0;
   if (groups_->layout().cp > 1)
     j["context"] = {{"cp", groups_->layout().cp},
                     {"impl", enum_name(config_.parallel.cp_impl)},
