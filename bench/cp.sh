@@ -27,7 +27,8 @@ run() {  # NAME CP IMPL
   OMP_NUM_THREADS=$threads mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$2" \
     "$STRATA" train configs/llama-tiny.toml --set data.source=synthetic \
     --set "train.steps=$STEPS" --set "run.dir=$work/$1" --set "system.threads=$threads" \
-    --set run.resume=none --set train.eval_every=0 --set train.checkpoint_every=0 \
+    --set run.resume=none --set train.eval_every=0 --set train.eval_batches=1 \
+    --set train.checkpoint_every=0 \
     --set train.log_every=1 --set train.batch_size=1 --set "train.seq_len=$T" \
     --set "model.max_seq_len=$T" --set model.vocab_size=256 --set model.n_layer=2 \
     --set model.d_model=128 --set model.n_head=8 --set model.n_kv_head=4 \
