@@ -1,5 +1,6 @@
 // Applying a translated DeepSpeed config: the TOML, the DeepSpeed overrides, --set, and
 // DeepSpeed's batch rule once the world size is known (deepspeed_config.h).
+#include <algorithm>
 #include <charconv>
 
 #include "core/error.h"
@@ -60,10 +61,12 @@ void resolve_deepspeed_batch(RunConfig& c, const DeepSpeedConfig& ds,
                              const std::vector<std::string>& overrides, int64_t world_size) {
   const DeepSpeedBatch& b = ds.batch;
   if (ds.source.empty() || b.train_batch_size == 0) return;
-  // The data-parallel size as the ranks will derive it (resolve_layout, through the run plan).
+  // The data-parallel size as the ranks will derive it (resolve_layout, through the run plan), in
+  // data replicas: the cp ranks of a replica share its sequences (as DeepSpeed-Ulysses' sequence
+  // parallel ranks do, which its train_batch_size does not count either).
   int64_t dp = 0;
   try {
-    dp = data_parallel_size(c.parallel, world_size);
+    dp = data_parallel_size(c.parallel, world_size) / std::max<int64_t>(1, c.parallel.cp);
   } catch (const Error& e) {
     fail(ds.source, ": train_batch_size needs the data-parallel size: ", e.what());
   }

@@ -308,6 +308,10 @@ TEST(DeepSpeedConfig, BatchRule) {
   c = resolved(R"({"train_batch_size": 16, "train_micro_batch_size_per_gpu": 2})", 4, {},
                {"parallel.tp=2"});
   EXPECT_EQ(c.train.grad_accum, 4);  // dp = 4 / 2
+  // Context parallelism: the cp ranks of a data replica share its sequences (dp / cp replicas).
+  c = resolved(R"({"train_batch_size": 16, "train_micro_batch_size_per_gpu": 2})", 4, {},
+               {"parallel.cp=2", "model.attention=\"flash\""});
+  EXPECT_EQ(c.train.grad_accum, 4);  // 2 replicas of 2 cp ranks
   // Only train_batch_size: accumulation 1, as DeepSpeed does.
   c = resolved(R"({"train_batch_size": 16})", 2);
   EXPECT_EQ(c.train.batch_size, 8);
