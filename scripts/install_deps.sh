@@ -18,6 +18,8 @@ packages=(
   slurm-wlm munge                          # single-node SLURM for the launcher tests
   bible-kjv                   # the default English corpus (King James Bible text)
   chromium                    # headless browser: the test that renders `strata report`
+  libcurl4-openssl-dev        # the tracking client's HTTP(S) (src/track/http_client.cc)
+  nginx-light openssl         # the MLflow-over-TLS test: nginx with TLS and basic auth in front
 )
 # Reference, benchmark peer, and the transformers interop test (~165 MB download).
 packages+=(python3-torch python3-numpy python3-pip python3-venv)

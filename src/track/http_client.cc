@@ -1,17 +1,15 @@
 #include "track/http_client.h"
 
-#include <fcntl.h>
-#include <netdb.h>
-#include <poll.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <unistd.h>
+#include <curl/curl.h>
 
 #include <cctype>
-#include <cerrno>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
-#include <vector>
+#include <memory>
+#include <mutex>
+#include <thread>
 
 #include "core/error.h"
 
@@ -19,191 +17,224 @@ namespace strata::http {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+// curl_global_init is not thread-safe: once, before the first handle.
+void global_init() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    const CURLcode rc = curl_global_init(CURL_GLOBAL_DEFAULT);
+    STRATA_CHECK(rc == CURLE_OK, "libcurl: ", curl_easy_strerror(rc));
+  });
+}
 
-class Socket {
- public:
-  explicit Socket(int fd) : fd_(fd) {}
-  ~Socket() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Socket(const Socket&) = delete;
-  Socket& operator=(const Socket&) = delete;
-  int fd() const { return fd_; }
-
- private:
-  int fd_;
+struct CurlDeleter {
+  void operator()(CURL* c) const { curl_easy_cleanup(c); }
+};
+struct SlistDeleter {
+  void operator()(curl_slist* l) const { curl_slist_free_all(l); }
+};
+struct FileCloser {
+  void operator()(FILE* f) const { std::fclose(f); }
 };
 
-// Milliseconds left before `deadline` (at least 0).
-int ms_left(Clock::time_point deadline) {
-  const auto left =
-      std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-  return left > 0 ? static_cast<int>(left) : 0;
+size_t append_body(char* data, size_t size, size_t count, void* out) {
+  static_cast<std::string*>(out)->append(data, size * count);
+  return size * count;
 }
 
-void wait_for(int fd, short events, Clock::time_point deadline, const std::string& what) {
-  for (;;) {
-    pollfd p{fd, events, 0};
-    const int rc = ::poll(&p, 1, ms_left(deadline));
-    if (rc > 0) return;
-    if (rc == 0) fail(what, ": timed out");
-    if (errno != EINTR) fail(what, ": poll: ", std::strerror(errno));
+// What one attempt needs beyond the URL: the body from memory or from a file.
+struct Body {
+  const std::string* text = nullptr;
+  const std::string* file = nullptr;
+};
+
+// Failures a new attempt can fix: nothing reached, nothing came back in time, the link broke.
+bool transient(CURLcode rc) {
+  switch (rc) {
+    case CURLE_COULDNT_CONNECT:
+    case CURLE_COULDNT_RESOLVE_HOST:
+    case CURLE_OPERATION_TIMEDOUT:
+    case CURLE_SEND_ERROR:
+    case CURLE_RECV_ERROR:
+    case CURLE_GOT_NOTHING:
+    case CURLE_PARTIAL_FILE:
+      return true;
+    default:
+      return false;
   }
 }
 
-int connect_to(const Url& url, Clock::time_point deadline) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* found = nullptr;
-  const std::string port = std::to_string(url.port);
-  const int rc = ::getaddrinfo(url.host.c_str(), port.c_str(), &hints, &found);
-  if (rc != 0) fail("cannot resolve '", url.host, "': ", ::gai_strerror(rc));
-  std::string last_error = "no address";
-  for (addrinfo* a = found; a; a = a->ai_next) {
-    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (fd < 0) continue;
-    if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0 || errno == EINPROGRESS) {
-      try {
-        wait_for(fd, POLLOUT, deadline, "connect");
-        int err = 0;
-        socklen_t len = sizeof err;
-        ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
-        if (err == 0) {
-          ::freeaddrinfo(found);
-          return fd;
-        }
-        last_error = std::strerror(err);
-      } catch (const Error& e) {
-        last_error = e.what();
-      }
-    } else {
-      last_error = std::strerror(errno);
-    }
-    ::close(fd);
-  }
-  ::freeaddrinfo(found);
-  fail("cannot connect to ", url.host, ":", url.port, ": ", last_error);
+bool transient(int status) {
+  return status == 429 || status == 502 || status == 503 || status == 504;
 }
 
-void send_all(int fd, const char* data, size_t size, Clock::time_point deadline) {
-  while (size > 0) {
-    const ssize_t n = ::send(fd, data, size, MSG_NOSIGNAL);
-    if (n > 0) {
-      data += n;
-      size -= static_cast<size_t>(n);
-    } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      wait_for(fd, POLLOUT, deadline, "send");
-    } else if (n < 0 && errno == EINTR) {
-      continue;
-    } else {
-      fail("send: ", std::strerror(errno));
-    }
+// What to do about a failure, beyond libcurl's words.
+std::string advice(CURLcode rc) {
+  switch (rc) {
+    case CURLE_PEER_FAILED_VERIFICATION:
+    case CURLE_SSL_CACERT_BADFILE:
+      return "; the server's TLS certificate was not accepted: set "
+             "MLFLOW_TRACKING_SERVER_CERT_PATH "
+             "to the CA certificate that signed it (or MLFLOW_TRACKING_INSECURE_TLS=true for a "
+             "test server)";
+    case CURLE_SSL_CONNECT_ERROR:
+      return "; the TLS handshake failed (is the server speaking https on this port?)";
+    case CURLE_COULDNT_RESOLVE_HOST:
+      return "; check the host name of the tracking URI";
+    case CURLE_COULDNT_CONNECT:
+      return "; is the server running, and reachable (http_proxy / https_proxy / no_proxy)?";
+    default:
+      return "";
   }
 }
 
-std::string receive_all(int fd, Clock::time_point deadline) {
-  std::string in;
-  char buf[16384];
-  for (;;) {
-    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-    if (n > 0) {
-      in.append(buf, static_cast<size_t>(n));
-    } else if (n == 0) {
-      return in;
-    } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      wait_for(fd, POLLIN, deadline, "waiting for the response");
-    } else if (errno != EINTR) {
-      fail("recv: ", std::strerror(errno));
-    }
-  }
-}
-
-std::string lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
-std::string dechunk(const std::string& body) {
-  std::string out;
-  size_t at = 0;
-  for (;;) {
-    const size_t eol = body.find("\r\n", at);
-    STRATA_CHECK(eol != std::string::npos, "malformed chunked response (no chunk size line)");
-    const size_t size = std::stoul(body.substr(at, eol - at), nullptr, 16);
-    at = eol + 2;
-    if (size == 0) return out;
-    STRATA_CHECK(at + size <= body.size(), "truncated chunked response");
-    out.append(body, at, size);
-    at += size + 2;  // the chunk's CRLF
-  }
-}
-
-Response parse_response(const std::string& raw) {
-  const size_t head_end = raw.find("\r\n\r\n");
-  STRATA_CHECK(head_end != std::string::npos && raw.rfind("HTTP/1.", 0) == 0,
-               "not an HTTP response (", raw.size(), " bytes)");
+// One attempt; `error` is set (and the status left 0) when the transfer failed.
+Response attempt(const Url& url, const std::string& method, const std::string& target,
+                 const Body& body, const std::string& content_type, double timeout_s,
+                 const ClientOptions& o, CURLcode* error, std::string* error_text) {
+  global_init();
+  std::unique_ptr<CURL, CurlDeleter> c(curl_easy_init());
+  STRATA_CHECK(c != nullptr, "libcurl: cannot create a handle");
+  CURL* h = c.get();
   Response r;
-  r.status = std::atoi(raw.c_str() + raw.find(' ') + 1);
-  bool chunked = false;
-  long length = -1;
-  size_t at = raw.find("\r\n") + 2;
-  while (at < head_end) {
-    const size_t eol = raw.find("\r\n", at);
-    const std::string line = raw.substr(at, eol - at);
-    at = eol + 2;
-    const size_t colon = line.find(':');
-    if (colon == std::string::npos) continue;
-    const std::string name = lower(line.substr(0, colon));
-    std::string value = line.substr(colon + 1);
-    value.erase(0, value.find_first_not_of(' '));
-    if (name == "transfer-encoding" && lower(value).find("chunked") != std::string::npos)
-      chunked = true;
-    if (name == "content-length") length = std::atol(value.c_str());
+  char message[CURL_ERROR_SIZE] = {0};
+  const std::string full = url.origin() + url.path + target;
+  curl_easy_setopt(h, CURLOPT_URL, full.c_str());
+  curl_easy_setopt(h, CURLOPT_ERRORBUFFER, message);
+  curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);  // no SIGALRM from resolver timeouts (threads)
+  curl_easy_setopt(h, CURLOPT_USERAGENT, "strata");
+  curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, append_body);
+  curl_easy_setopt(h, CURLOPT_WRITEDATA, &r.body);
+  const long ms = static_cast<long>(timeout_s * 1e3);
+  curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, ms);
+  // Only http(s), also on redirects; no redirects followed (an API answer is never one).
+  curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+  if (o.insecure_tls) {
+    curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 0L);
+    curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 0L);
+  } else if (!o.ca_file.empty()) {
+    curl_easy_setopt(h, CURLOPT_CAINFO, o.ca_file.c_str());
   }
-  r.body = raw.substr(head_end + 4);
-  if (chunked) {
-    r.body = dechunk(r.body);
-  } else if (length >= 0) {
-    STRATA_CHECK(r.body.size() >= static_cast<size_t>(length),
-                 "truncated response: ", r.body.size(), " of ", length, " bytes");
-    r.body.resize(static_cast<size_t>(length));
+  if (!o.username.empty() && o.bearer_token.empty()) {  // a token wins, as in MLflow's client
+    curl_easy_setopt(h, CURLOPT_HTTPAUTH, CURLAUTH_BASIC);
+    curl_easy_setopt(h, CURLOPT_USERNAME, o.username.c_str());
+    curl_easy_setopt(h, CURLOPT_PASSWORD, o.password.c_str());
   }
+  curl_slist* raw = nullptr;
+  raw = curl_slist_append(raw, "Accept: application/json");
+  raw = curl_slist_append(raw, "Expect:");  // no 100-continue round trip before a body
+  std::string auth;
+  if (!o.bearer_token.empty()) {
+    auth = "Authorization: Bearer " + o.bearer_token;
+    raw = curl_slist_append(raw, auth.c_str());
+  }
+  std::string type;
+  const bool has_body = (body.text && !body.text->empty()) || body.file;
+  if (has_body || method == "POST" || method == "PUT") {
+    type = "Content-Type: " + content_type;
+    raw = curl_slist_append(raw, type.c_str());
+  }
+  const std::unique_ptr<curl_slist, SlistDeleter> headers(raw);
+  curl_easy_setopt(h, CURLOPT_HTTPHEADER, raw);
+  std::unique_ptr<FILE, FileCloser> in;
+  if (body.file) {
+    in.reset(std::fopen(body.file->c_str(), "rb"));
+    if (!in) fail("cannot read '", *body.file, "': ", std::strerror(errno));
+    std::fseek(in.get(), 0, SEEK_END);
+    const long size = std::ftell(in.get());
+    std::rewind(in.get());
+    curl_easy_setopt(h, CURLOPT_UPLOAD, 1L);  // PUT, streamed from the file
+    curl_easy_setopt(h, CURLOPT_READDATA, in.get());
+    curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(size));
+    // A large file may take long: fail when nothing moves for timeout_s instead.
+    curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, std::max(1L, ms / 1000));
+  } else {
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, ms);
+    curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method.c_str());
+    if (body.text && (!body.text->empty() || method == "POST" || method == "PUT")) {
+      curl_easy_setopt(h, CURLOPT_POSTFIELDS, body.text->data());
+      curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body.text->size()));
+    }
+  }
+  const CURLcode rc = curl_easy_perform(h);
+  *error = rc;
+  if (rc != CURLE_OK) {
+    *error_text = message[0] ? message : curl_easy_strerror(rc);
+    return {};
+  }
+  long status = 0;
+  curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+  r.status = static_cast<int>(status);
   return r;
 }
 
-std::string head(const Url& url, const std::string& method, const std::string& target,
-                 const std::string& content_type, size_t length) {
-  std::string h =
-      cat(method, " ", url.path, target, " HTTP/1.1\r\nHost: ", url.host, ":", url.port,
-          "\r\nUser-Agent: strata\r\nAccept: application/json\r\n", "Connection: close\r\n");
-  if (length > 0 || method == "POST" || method == "PUT")
-    h += cat("Content-Type: ", content_type, "\r\nContent-Length: ", length, "\r\n");
-  return h + "\r\n";
+Response with_retries(const Url& url, const std::string& method, const std::string& target,
+                      const Body& body, const std::string& content_type, double timeout_s,
+                      const ClientOptions& o) {
+  double wait = o.backoff_s;
+  for (int attempt_no = 0;; ++attempt_no) {
+    CURLcode rc = CURLE_OK;
+    std::string text;
+    Response r = attempt(url, method, target, body, content_type, timeout_s, o, &rc, &text);
+    const bool last = attempt_no >= o.retries;
+    if (rc == CURLE_OK && (!transient(r.status) || last)) return r;
+    if (rc != CURLE_OK && (!transient(rc) || last)) {
+      fail(method, " ", url.origin(), url.path, target, ": ", text, advice(rc),
+           attempt_no > 0 ? cat(" (after ", attempt_no + 1, " attempts)") : std::string());
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int64_t>(wait * 1e3)));
+    wait *= 2;
+  }
+}
+
+bool env_true(const char* name) {
+  const char* v = std::getenv(name);
+  if (!v) return false;
+  std::string s(v);
+  for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return s == "true" || s == "1" || s == "yes";
+}
+
+std::string env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
 }
 
 }  // namespace
 
+std::string Url::origin() const {
+  return cat(scheme, "://", host, ":", port);
+}
+
 Url parse_url(const std::string& text) {
-  const std::string scheme = "http://";
-  STRATA_CHECK(text.rfind("https://", 0) != 0, "'", text,
-               "': https is not supported (use http://, e.g. through a local proxy)");
-  STRATA_CHECK(text.rfind(scheme, 0) == 0, "'", text,
-               "' is not an http:// URL (expected http://host:port)");
-  std::string rest = text.substr(scheme.size());
   Url url;
+  std::string rest;
+  if (text.rfind("https://", 0) == 0) {
+    url.scheme = "https";
+    url.port = 443;
+    rest = text.substr(8);
+  } else if (text.rfind("http://", 0) == 0) {
+    rest = text.substr(7);
+  } else {
+    fail("'", text, "' is not an http:// or https:// URL (expected http[s]://host[:port])");
+  }
   const size_t slash = rest.find('/');
   if (slash != std::string::npos) {
     url.path = rest.substr(slash);
     rest.resize(slash);
   }
+  // Not echoing the URL: it may hold a password.
+  STRATA_CHECK(rest.find('@') == std::string::npos,
+               "the tracking URI holds credentials (user@ or user:password@ before the host); "
+               "remove them and set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (or "
+               "MLFLOW_TRACKING_TOKEN) instead");
   while (!url.path.empty() && url.path.back() == '/') url.path.pop_back();
   const size_t colon = rest.rfind(':');
   if (colon != std::string::npos && rest.find(']') == std::string::npos) {
     const std::string port = rest.substr(colon + 1);
     STRATA_CHECK(!port.empty() && port.size() <= 5 &&
-                     port.find_first_not_of("0123456789") == std::string::npos,
+                     port.find_first_not_of("0123456789") == std::string::npos &&
+                     std::stoi(port) <= 65535,
                  "'", text, "': bad port '", port, "'");
     url.port = std::stoi(port);
     rest.resize(colon);
@@ -211,6 +242,21 @@ Url parse_url(const std::string& text) {
   STRATA_CHECK(!rest.empty(), "'", text, "': no host");
   url.host = rest;
   return url;
+}
+
+ClientOptions ClientOptions::from_mlflow_env() {
+  ClientOptions o;
+  o.bearer_token = env("MLFLOW_TRACKING_TOKEN");
+  o.username = env("MLFLOW_TRACKING_USERNAME");
+  o.password = env("MLFLOW_TRACKING_PASSWORD");
+  o.insecure_tls = env_true("MLFLOW_TRACKING_INSECURE_TLS");
+  o.ca_file = env("MLFLOW_TRACKING_SERVER_CERT_PATH");
+  o.retries = 3;
+  if (const std::string r = env("MLFLOW_HTTP_REQUEST_MAX_RETRIES"); !r.empty())
+    o.retries = std::max(0, std::atoi(r.c_str()));
+  if (const std::string b = env("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR"); !b.empty())
+    o.backoff_s = std::max(0.0, std::atof(b.c_str()));
+  return o;
 }
 
 std::string url_encode(const std::string& s, bool keep_slash) {
@@ -226,38 +272,15 @@ std::string url_encode(const std::string& s, bool keep_slash) {
 }
 
 Response request(const Url& url, const std::string& method, const std::string& target,
-                 const std::string& body, const std::string& content_type, double timeout_s) {
-  const auto deadline =
-      Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1e3));
-  const Socket s(connect_to(url, deadline));
-  const std::string h = head(url, method, target, content_type, body.size());
-  send_all(s.fd(), h.data(), h.size(), deadline);
-  send_all(s.fd(), body.data(), body.size(), deadline);
-  return parse_response(receive_all(s.fd(), deadline));
+                 const std::string& body, const std::string& content_type, double timeout_s,
+                 const ClientOptions& options) {
+  return with_retries(url, method, target, Body{&body, nullptr}, content_type, timeout_s, options);
 }
 
 Response put_file(const Url& url, const std::string& target, const std::string& file,
-                  double timeout_s) {
-  const int in = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
-  if (in < 0) fail("cannot read '", file, "': ", std::strerror(errno));
-  const Socket f(in);
-  struct stat st {};
-  ::fstat(in, &st);
-  const auto deadline =
-      Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1e3));
-  const Socket s(connect_to(url, deadline));
-  const std::string h =
-      head(url, "PUT", target, "application/octet-stream", static_cast<size_t>(st.st_size));
-  send_all(s.fd(), h.data(), h.size(), deadline);
-  std::vector<char> buf(1 << 20);
-  for (;;) {
-    const ssize_t n = ::read(in, buf.data(), buf.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) fail("reading '", file, "': ", std::strerror(errno));
-    if (n == 0) break;
-    send_all(s.fd(), buf.data(), static_cast<size_t>(n), deadline);
-  }
-  return parse_response(receive_all(s.fd(), deadline));
+                  double timeout_s, const ClientOptions& options) {
+  return with_retries(url, "PUT", target, Body{nullptr, &file}, "application/octet-stream",
+                      timeout_s, options);
 }
 
 }  // namespace strata::http

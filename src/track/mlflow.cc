@@ -30,6 +30,18 @@ class ApiError : public Error {
   int status_;
 };
 
+// A non-JSON error body (a proxy's HTML page) as one short line: its <title>, or its first 200
+// characters with the line breaks flattened.
+std::string one_line(const std::string& body) {
+  const size_t t = body.find("<title>"), e = body.find("</title>");
+  std::string s = t != std::string::npos && e != std::string::npos && e > t
+                      ? body.substr(t + 7, e - t - 7)
+                      : body.substr(0, 200);
+  for (char& c : s)
+    if (c == '\n' || c == '\r' || c == '\t') c = ' ';
+  return s;
+}
+
 int64_t now_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
@@ -69,6 +81,7 @@ MlflowLogger::MlflowLogger(const MlflowOptions& options, const nlohmann::json& p
     : options_(options) {
   try {
     url_ = http::parse_url(options.tracking_uri);
+    client_ = http::ClientOptions::from_mlflow_env();
     start(params);
   } catch (const std::exception& e) {
     disable(e.what());
@@ -100,12 +113,18 @@ void MlflowLogger::disable(const std::string& why) {
 nlohmann::json MlflowLogger::call(const std::string& method, const std::string& target,
                                   const nlohmann::json& body) {
   const http::Response r =
-      http::request(url_, method, kApi + target, body.is_null() ? "" : body.dump());
+      http::request(url_, method, kApi + target, body.is_null() ? "" : body.dump(),
+                    "application/json", 10, client_);
   nlohmann::json j = nlohmann::json::parse(r.body, nullptr, /*allow_exceptions=*/false);
   if (r.status != 200) {
     std::string message = j.is_object() ? j.value("message", "") : "";
-    if (message.empty()) message = r.body.substr(0, 200);
-    throw ApiError(r.status, cat(method, " ", target, ": HTTP ", r.status, ": ", message));
+    if (message.empty()) message = one_line(r.body);
+    // The server refused who we are: say which variables set it (never their values).
+    const std::string who =
+        r.status == 401 || r.status == 403
+            ? "; check MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD or MLFLOW_TRACKING_TOKEN"
+            : "";
+    throw ApiError(r.status, cat(method, " ", target, ": HTTP ", r.status, ": ", message, who));
   }
   STRATA_CHECK(!j.is_discarded(), method, " ", target, ": the answer is not JSON");
   return j;
@@ -266,10 +285,10 @@ void MlflowLogger::finish(bool ok, const std::vector<std::pair<std::string, std:
             http::put_file(url_,
                            "/api/2.0/mlflow-artifacts/artifacts/" +
                                http::url_encode(artifact_path_ + "/" + remote, true),
-                           local);
+                           local, 60, client_);
         if (r.status != 200)
-          throw ApiError(
-              r.status, cat("uploading ", local, ": HTTP ", r.status, ": ", r.body.substr(0, 200)));
+          throw ApiError(r.status,
+                         cat("uploading ", local, ": HTTP ", r.status, ": ", one_line(r.body)));
       }
     }
     call("POST", "runs/update",
@@ -287,7 +306,8 @@ std::unique_ptr<MlflowLogger> make_mlflow_logger(const std::string& tracking_uri
   std::string uri = tracking_uri;
   if (uri.empty())
     if (const char* env = std::getenv("MLFLOW_TRACKING_URI"))
-      if (std::string(env).rfind("http://", 0) == 0) uri = env;  // not file: or databricks
+      if (const std::string e(env); e.rfind("http://", 0) == 0 || e.rfind("https://", 0) == 0)
+        uri = e;  // not file: or databricks
   if (uri.empty()) return nullptr;
   MlflowOptions o;
   o.tracking_uri = uri;

@@ -24,7 +24,7 @@
 namespace strata {
 
 struct MlflowOptions {
-  std::string tracking_uri;  // http://host:port
+  std::string tracking_uri;  // http[s]://host:port; credentials and TLS from MLflow's env vars
   std::string experiment = "strata";
   std::string run_name;  // "": the run directory's name
   std::string run_dir;
@@ -59,6 +59,7 @@ class MlflowLogger {
 
   MlflowOptions options_;
   http::Url url_;
+  http::ClientOptions client_;                          // MLFLOW_TRACKING_* (http_client.h)
   std::string experiment_id_, run_id_, artifact_path_;  // artifact_path_: under the proxy
   std::atomic<bool> disabled_{false};
   bool finished_ = false, warned_params_ = false;

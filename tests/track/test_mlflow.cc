@@ -112,7 +112,18 @@ TEST(Http, ParseUrl) {
   EXPECT_EQ(u.port, 5001);
   EXPECT_EQ(u.path, "/base");
   EXPECT_EQ(http::parse_url("http://localhost").port, 80);
-  EXPECT_THROW(http::parse_url("https://x"), Error);
+  const http::Url s = http::parse_url("https://mlflow.example/api");
+  EXPECT_EQ(s.scheme, "https");
+  EXPECT_EQ(s.port, 443);
+  EXPECT_EQ(s.origin(), "https://mlflow.example:443");
+  // Credentials in the URL are refused, and the message does not repeat them.
+  try {
+    http::parse_url("https://alice:s3cret@mlflow.example");
+    FAIL() << "credentials accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).find("s3cret"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("MLFLOW_TRACKING_USERNAME"), std::string::npos);
+  }
   EXPECT_THROW(http::parse_url("ftp://x"), Error);
   EXPECT_THROW(http::parse_url("http://x:99999999"), Error);
   EXPECT_EQ(http::url_encode("a b/c&d"), "a%20b%2Fc%26d");
@@ -165,6 +176,44 @@ TEST(Http, TimeoutsAndRefusals) {
   EXPECT_THROW(
       http::request(http::parse_url("http://127.0.0.1:" + std::to_string(port)), "GET", "/"),
       Error);
+}
+
+// Transient answers (429, 5xx) and lost connections are retried with backoff; a 4xx is not.
+TEST(Http, RetriesTransientFailuresWithBackoff) {
+  std::atomic<int> calls{0};
+  FakeServer flaky([&](const Request& r) {
+    const int n = calls++;
+    if (r.target == "/busy" && n < 2) return json_response(503, "{}");
+    if (r.target == "/busy") return json_response(200, "{\"ok\": true}");
+    return json_response(404, "{}");
+  });
+  const http::Url url = http::parse_url(flaky.url());
+  http::ClientOptions o;
+  o.retries = 3;
+  o.backoff_s = 0.01;
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(http::request(url, "GET", "/busy", "", "application/json", 5, o).status, 200);
+  EXPECT_EQ(calls.load(), 3);
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(30));  // 10 + 20 ms
+  calls = 0;
+  EXPECT_EQ(http::request(url, "GET", "/missing", "", "application/json", 5, o).status, 404);
+  EXPECT_EQ(calls.load(), 1);
+  o.retries = 0;
+  calls = 0;
+  EXPECT_EQ(http::request(url, "GET", "/busy", "", "application/json", 5, o).status, 503);
+}
+
+// The environment's proxy carries the request (libcurl reads http_proxy, no_proxy).
+TEST(Http, GoesThroughTheEnvironmentsProxy) {
+  FakeServer proxy([](const Request& r) { return json_response(200, "\"" + r.target + "\""); });
+  ::setenv("http_proxy", proxy.url().c_str(), 1);
+  ::unsetenv("no_proxy");
+  ::unsetenv("NO_PROXY");
+  const http::Response r =
+      http::request(http::parse_url("http://tracking.invalid:5000/base"), "GET", "/x");
+  ::unsetenv("http_proxy");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, "\"http://tracking.invalid:5000/base/x\"");  // the absolute form: a proxy
 }
 
 // The calls of one run, in order: experiment (missing, then created), run, params, metrics,
