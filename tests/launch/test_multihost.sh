@@ -65,6 +65,19 @@ print("losses across hosts:", a)
 print("losses on one host: ", b)
 assert len(a) == 4 and a == b
 PY
+# One fault's figures: when it struck, how long until the launcher saw the job fail, how long the
+# restart took to finish, and the steps lost (the fault's step minus the resumed checkpoint's).
+report() {  # WHAT STEP T_FAULT T_DETECTED T_DONE LOG
+  python3 - "$@" <<'PY'
+import re, sys
+what, at, t0, t1, t2, log = sys.argv[1], int(sys.argv[2]), *map(float, sys.argv[3:6]), sys.argv[6]
+m = re.findall(r"resumed from .* at step (\d+)", open(log).read())
+assert m, "no resumed run in " + log
+print(f"{what} at step {at}: detected in {t1 - t0:.1f} s, the restarted job done {t2 - t1:.1f} s "
+      f"later; resumed from step {m[-1]}, {at - int(m[-1])} steps lost, none committed")
+PY
+}
+
 # 3. A host lost mid-step: every process of host 2 SIGKILLed after the checkpoint of step 10.
 #    strata launch sees the job fail, restarts it from the last committed checkpoint on the same
 #    hosts (the host is back at once: its namespace stays), and the run ends with the parameters
@@ -89,16 +102,11 @@ fault=(--set data.source=synthetic --set train.steps=30 --set train.eval_every=0
   at=$(step)
   t0=$(date +%s.%N)
   for pid in $(ip netns pids "strata-$id-h2"); do kill -9 "$pid" 2>/dev/null || true; done
-  for _ in $(seq 1 600); do grep -q "failed" "$work/lost.log" && break; sleep 0.1; done
+  for _ in $(seq 1 600); do grep -q "restarting in" "$work/lost.log" && break; sleep 0.1; done
   t1=$(date +%s.%N)
   wait "$job" || { tail -40 "$work/lost.log"; exit 1; }
   t2=$(date +%s.%N)
-  python3 - "$at" "$t0" "$t1" "$t2" "$work/lost.log" <<'PY'
-import sys
-at, t0, t1, t2 = int(sys.argv[1]), *map(float, sys.argv[2:5])
-print(f"host 2 killed at step {at}: detected in {t1 - t0:.1f} s, run finished {t2 - t1:.1f} s later;"
-      f" steps lost {at - 10} (resumed from step 10)")
-PY
+  report "host 2 killed" "$at" "$t0" "$t1" "$t2" "$work/lost.log"
 ) || fail "the lost-host run failed"
 grep -q "restart" "$work/lost.log" || { tail -20 "$work/lost.log"; fail "no restart after the lost host"; }
 grep -iE "restart|resum" "$work/lost.log" | sed 's/^/    /' | head -6
@@ -112,5 +120,39 @@ def final(run):
 a, b = final(sys.argv[1]), final(sys.argv[2])
 assert a and a == b, (a, b)
 print(f"final checkpoint: {len(a)} tensor files, bitwise equal to the run that never stopped")
+PY
+# 4. A link cut: host 2's veth taken down at step 13-15 (`ip link set down`). The ranks' waits end
+#    at the comm timeout (5 s here), the job fails, the link comes back, and the restart from the
+#    last checkpoint ends with the parameters of the run that never stopped, bit for bit.
+(
+  eval "$("$hosts" env "$id")"
+  export OMP_NUM_THREADS=1
+  timeout --kill-after=10 600 "$strata" launch -n 4 --hostfile "$work/hostfile" \
+    --max-restarts 2 --startup-timeout 60 -- "$src/configs/tiny.toml" "${fault[@]}" \
+    --set parallel.comm_timeout_s=5 --set "run.dir=$work/cut" > "$work/cut.log" 2>&1 &
+  job=$!
+  step() { python3 -c "import json,sys; print(max([json.loads(l)['step'] for l in open(sys.argv[1]) if '\"loss\"' in l] or [0]))" "$work/cut/metrics.jsonl" 2>/dev/null || echo 0; }
+  for _ in $(seq 1 600); do [ "$(step)" -ge 13 ] && break; sleep 0.1; done
+  at=$(step)
+  t0=$(date +%s.%N)
+  ip link set "sv$id-2" down
+  for _ in $(seq 1 900); do grep -qE "restarting in|comm timeout:" "$work/cut.log" && break; sleep 0.1; done
+  t1=$(date +%s.%N)
+  ip link set "sv$id-2" up
+  wait "$job" || { tail -40 "$work/cut.log"; exit 1; }
+  t2=$(date +%s.%N)
+  report "host 2's link cut (comm timeout 5 s; restored once detected)" "$at" "$t0" "$t1" "$t2" \
+    "$work/cut.log"
+) || fail "the cut-link run failed"
+grep -iE "comm timeout|restart|resum" "$work/cut.log" | sed 's/^/    /' | cut -c1-200 | head -6
+python3 - "$work/clean" "$work/cut" <<'PY' || fail "the run after the cut link differs"
+import glob, hashlib, os, sys
+def final(run):
+    ck = sorted(glob.glob(os.path.join(run, "ckpt", "step_*")))[-1]
+    assert ck.endswith("step_00000030"), ck
+    return {os.path.basename(f): hashlib.sha256(open(f, "rb").read()).hexdigest()
+            for f in glob.glob(os.path.join(ck, "*.safetensors"))}
+assert final(sys.argv[1]) == final(sys.argv[2])
+print("after the cut link: the final checkpoint is bitwise that of the run that never stopped")
 PY
 echo "multihost: all checks passed"
