@@ -1,5 +1,6 @@
 #include "launch/failure.h"
 
+#include <algorithm>
 #include <csignal>
 #include <cstring>
 #include <regex>
@@ -77,10 +78,33 @@ bool is_failure_report_line(std::string_view line) {
                                          "CANCELLED",
                                          "Terminating StepId",
                                          "forcing job termination",
-                                         "start process rank"};
+                                         "start process rank",
+                                         "Peer host:",
+                                         "connect() to"};
   for (const char* key : keys)
     if (line.find(key) != std::string_view::npos) return true;
   return false;
+}
+
+std::optional<std::string> parse_lost_host(std::string_view output) {
+  static const std::regex peer(R"(Peer host:\s*(\S+))");
+  static const std::regex connect(R"(connect\(\) to ([^\s:]+):\d+ failed)");
+  std::vector<std::pair<std::string, int>> counts;  // in order of first mention
+  std::smatch m;
+  for (const std::string& line : split_lines(output)) {
+    if (!std::regex_search(line, m, peer) && !std::regex_search(line, m, connect)) continue;
+    const std::string host = m[1];
+    auto it =
+        std::find_if(counts.begin(), counts.end(), [&](const auto& c) { return c.first == host; });
+    if (it == counts.end())
+      counts.emplace_back(host, 1);
+    else
+      ++it->second;
+  }
+  if (counts.empty()) return std::nullopt;
+  return std::max_element(counts.begin(), counts.end(),
+                          [](const auto& a, const auto& b) { return a.second < b.second; })
+      ->first;
 }
 
 std::optional<RankFailure> parse_failure(std::string_view output) {

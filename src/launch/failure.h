@@ -25,7 +25,14 @@ struct RankFailure {
 // the ranks the launcher killed afterwards. Nothing when the output names no failed rank.
 std::optional<RankFailure> parse_failure(std::string_view output);
 
-// True for a line parse_failure may need: the supervisor keeps only these from a long run.
+// A host the job lost, when the launcher names none of its ranks: every process of a host killed,
+// or its link cut, shows in mpirun's output only as the surviving ranks' peers disconnecting
+// ("Peer host: 10.77.9.12") or failing to connect ("connect() to 10.77.9.12:1025 failed").
+// The host most named; nothing when none is.
+std::optional<std::string> parse_lost_host(std::string_view output);
+
+// True for a line parse_failure or parse_lost_host may need: the supervisor keeps only these
+// from a long run.
 bool is_failure_report_line(std::string_view line);
 
 }  // namespace strata::launch

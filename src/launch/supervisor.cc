@@ -161,6 +161,12 @@ AttemptResult run_attempt(const LaunchOptions& options, const std::vector<std::s
         result.failed_rank = failure->rank;
         result.exit_status =
             failure->exit_code > 0 || failure->signal > 0 ? failure->exit_status() : *status;
+      } else if (const std::optional<std::string> host = parse_lost_host(tee.report())) {
+        // No rank failed on its own: their peers on one host went away all at once.
+        result.what =
+            cat(launcher, " exited with status ", *status, ": the ranks lost their peers on host ",
+                *host, " (every process there stopped, or its network link is down)");
+        result.exit_status = *status;
       } else {
         result.what =
             cat(launcher, " exited with status ", *status, " without naming a failed rank");

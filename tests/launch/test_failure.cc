@@ -295,6 +295,48 @@ TEST(ParseFailure, KeepsOnlyTheReportLinesThatMatter) {
   }
 }
 
+// mpirun 4.1 when every process of one host is SIGKILLed (tests/launch/test_multihost.sh): no
+// rank is named, only the surviving ranks' peers on that host (abridged, as captured).
+constexpr const char* kMpirunLostHost = R"(step    14/30 | loss 9.0480
+--------------------------------------------------------------------------
+ORTE was unable to reliably start one or more daemons.
+This usually is caused by:
+--------------------------------------------------------------------------
+WARNING: Open MPI failed to TCP connect to a peer MPI process.  This
+should not happen.
+
+  Local host: strata-9-h1
+  PID:        30391
+  Message:    connect() to 10.77.9.12:1025 failed
+  Error:      Operation now in progress (115)
+--------------------------------------------------------------------------
+An MPI communication peer process has unexpectedly disconnected.  This
+usually indicates a failure in the peer process (e.g., a crash or
+otherwise exiting without calling MPI_FINALIZE first).
+
+  Local host: strata-9-h1
+  Local PID:  30389
+  Peer host:  10.77.9.12
+--------------------------------------------------------------------------
+)";
+
+TEST(ParseFailure, NamesTheLostHostWhenNoRankIsNamed) {
+  EXPECT_FALSE(parse_failure(kMpirunLostHost));
+  EXPECT_EQ(parse_lost_host(kMpirunLostHost), std::optional<std::string>("10.77.9.12"));
+  // What the supervisor keeps of a long run still names it.
+  std::string kept;
+  std::string_view rest(kMpirunLostHost);
+  while (!rest.empty()) {
+    const size_t nl = rest.find('\n');
+    const std::string_view line = rest.substr(0, nl);
+    if (is_failure_report_line(line)) kept += std::string(line) + "\n";
+    rest.remove_prefix(nl == std::string_view::npos ? rest.size() : nl + 1);
+  }
+  EXPECT_EQ(parse_lost_host(kept), std::optional<std::string>("10.77.9.12"));
+  EXPECT_FALSE(parse_lost_host("step 10 loss 3.2\n"));
+  EXPECT_FALSE(parse_lost_host(kMpirunExitCode));
+}
+
 TEST(RankFailure, CommTimeoutStatusIsExplained) {
   RankFailure f;
   f.rank = 3;
