@@ -53,8 +53,7 @@ void document_starts(int32_t* out, const int32_t* tokens, int64_t b, int64_t t, 
 
 template <class A>
 void ContextAttention::allocate(A& arena, const ModelConfig& cfg, const ModelShard& shard,
-                                int64_t batch, int64_t seq_len, int slots) {
-  const int cp = options_.size();
+                                int64_t batch, int64_t seq_len, int slots, int cp, int threads) {
   const int64_t n = batch * seq_len, hd = cfg.head_dim();
   const int64_t nh = shard.heads(cfg), nkv = shard.kv_heads(cfg), width = shard.qkv_width(cfg);
   masks_.resize(static_cast<size_t>(slots));
@@ -72,7 +71,8 @@ void ContextAttention::allocate(A& arena, const ModelConfig& cfg, const ModelSha
     for (float*& p : dkv_) p = ws(kv, "ring key/value gradient");
     out_part_ = ws(n * nh * hd, "ring partial output");
     lse_part_ = ws(batch * nh * seq_len, "ring partial log-sum-exp");
-    scratch_ = ws(kernels::attention_ranges_backward_scratch(hd), "ring attention scratch");
+    scratch_ =
+        ws(kernels::attention_ranges_backward_scratch(hd, threads), "ring attention scratch");
     return;
   }
   for (float*& p : stage_) p = ws(n * width, "ulysses exchange");
@@ -81,9 +81,10 @@ void ContextAttention::allocate(A& arena, const ModelConfig& cfg, const ModelSha
   dout_u_ = ws(n * nh * hd, "ulysses head-split output gradient");
   dqkv_u_ = ws(n * width, "ulysses head-split q, k, v gradient");
   const int64_t t = seq_len * cp;
-  scratch_ = ws(std::max(kernels::flash_attention_backward_scratch(batch, t, nh / cp, nkv / cp, hd),
-                         kernels::attention_ranges_backward_scratch(hd)),
-                "ulysses attention scratch");
+  scratch_ = ws(
+      std::max(kernels::flash_attention_backward_scratch(batch, t, nh / cp, nkv / cp, hd, threads),
+               kernels::attention_ranges_backward_scratch(hd, threads)),
+      "ulysses attention scratch");
 }
 
 ContextAttention::ContextAttention(const ContextOptions& options, const ModelConfig& cfg,
@@ -106,34 +107,18 @@ ContextAttention::ContextAttention(const ContextOptions& options, const ModelCon
                  "over parallel.cp = ", cp, ", but this rank holds ", nh, " query heads and ", nkv,
                  " kv heads (model.n_head / tp, model.n_kv_head / tp); use cp_impl = \"ring\"");
   }
-  allocate(arena, cfg, shard, batch, seq_len, slots);
+  allocate(arena, cfg, shard, batch, seq_len, slots, cp, /*threads=*/0);
 }
 
 MemBytes ContextAttention::bytes(const ModelConfig& cfg, const ModelShard& shard, int64_t batch,
                                  int64_t seq_len, int cp, CpImpl impl, bool document_mask,
                                  int slots, int threads) {
-  // The counts of allocate() (which reads the group size from a Comm the planner does not have).
+  // allocate() itself, against a counter, with the group size given (the planner has no Comm).
   MemCounter counter;
   if (cp <= 1 && !document_mask) return counter.bytes();
-  const int64_t n = batch * seq_len, hd = cfg.head_dim();
-  const int64_t nh = shard.heads(cfg), nkv = shard.kv_heads(cfg), width = shard.qkv_width(cfg);
-  for (int s = 0; s < slots; ++s) {
-    counter.alloc<int32_t>(MemCategory::activations, n, "");
-    counter.alloc<int32_t>(MemCategory::activations, 2 * cp * n, "");
-  }
-  if (impl == CpImpl::ring || cp == 1) {
-    counter.alloc<float>(MemCategory::workspace, 5 * n * 2 * nkv * hd, "");
-    counter.alloc<float>(MemCategory::workspace, n * nh * hd + batch * nh * seq_len, "");
-    counter.alloc<float>(MemCategory::workspace,
-                         kernels::attention_ranges_backward_scratch(hd, threads), "");
-  } else {
-    counter.alloc<float>(MemCategory::workspace, 4 * n * width + 2 * n * nh * hd, "");
-    counter.alloc<float>(MemCategory::workspace,
-                         std::max(kernels::flash_attention_backward_scratch(
-                                      batch, seq_len * cp, nh / cp, nkv / cp, hd, threads),
-                                  kernels::attention_ranges_backward_scratch(hd, threads)),
-                         "");
-  }
+  ContextAttention c;
+  c.options_.impl = impl;
+  c.allocate(counter, cfg, shard, batch, seq_len, slots, cp, threads);
   return counter.bytes();
 }
 
@@ -304,70 +289,70 @@ void ContextAttention::ring_backward(const Masks& m, float* dqkv, const float* d
 
 // ---- Ulysses -----------------------------------------------------------------------------------
 
-void ContextAttention::seq_to_heads(const float* local, float* global,
-                                    const std::vector<int64_t>& heads, const AttentionShape& s) {
-  const int cp = split_.cp;
-  const int64_t n = s.rows(), hd = s.head_dim, L = s.t, t = split_.t;
+namespace {
+// Rows [n, all heads of each group] <-> cp blocks [n, heads / cp of each group]: block j holds
+// rank j's share of every group's heads. The direction is `to_blocks`; the other side is only read.
+void head_blocks(float* rows, float* blocks, const std::vector<int64_t>& heads, int cp, int64_t hd,
+                 int64_t n, bool to_blocks) {
   int64_t full = 0, mine = 0;
   for (int64_t h : heads) full += h * hd, mine += h / cp * hd;
-  float* send = stage_[0];
-  float* recv = stage_[1];
-  // Block j: this rank's rows, rank j's heads of every group.
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     for (int j = 0; j < cp; ++j) {
-      float* dst = send + (j * n + i) * mine;
-      int64_t src_off = 0;
+      float* block = blocks + (j * n + i) * mine;
+      int64_t off = 0;
       for (int64_t h : heads) {
         const int64_t w = h / cp * hd;
-        std::memcpy(dst, local + i * full + src_off + j * w, static_cast<size_t>(w) * 4);
-        dst += w;
-        src_off += h * hd;
+        float* row = rows + i * full + off + j * w;
+        std::memcpy(to_blocks ? block : row, to_blocks ? row : block, static_cast<size_t>(w) * 4);
+        block += w;
+        off += h * hd;
       }
     }
   }
-  std::vector<int64_t> counts(static_cast<size_t>(cp), n * mine);
-  options_.group->all_to_all_v(send, counts.data(), recv, counts.data(), DType::f32)->wait();
-  // Block i: rank i's rows (its local order), this rank's heads -> global row order.
+}
+}  // namespace
+
+void ContextAttention::global_rows(float* blocks, float* global, int64_t width,
+                                   const AttentionShape& s, bool to_global) const {
+  const int64_t n = s.rows(), L = s.t, t = split_.t;
 #pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < static_cast<int64_t>(cp) * n; ++r) {
+  for (int64_t r = 0; r < static_cast<int64_t>(split_.cp) * n; ++r) {
     const int i = static_cast<int>(r / n);
     const int64_t row = r % n, bb = row / L, il = row % L;
-    std::memcpy(global + (bb * t + split_.global_row(il, i)) * mine, recv + r * mine,
-                static_cast<size_t>(mine) * 4);
+    float* g = global + (bb * t + split_.global_row(il, i)) * width;
+    float* b = blocks + r * width;
+    std::memcpy(to_global ? g : b, to_global ? b : g, static_cast<size_t>(width) * 4);
   }
+}
+
+void ContextAttention::exchange(const std::vector<int64_t>& heads, const AttentionShape& s) {
+  int64_t mine = 0;
+  for (int64_t h : heads) mine += h / split_.cp * s.head_dim;
+  std::vector<int64_t> counts(static_cast<size_t>(split_.cp), s.rows() * mine);
+  options_.group->all_to_all_v(stage_[0], counts.data(), stage_[1], counts.data(), DType::f32)
+      ->wait();
+}
+
+void ContextAttention::seq_to_heads(const float* local, float* global,
+                                    const std::vector<int64_t>& heads, const AttentionShape& s) {
+  // Block j of the send buffer: this rank's rows, rank j's heads; received block i: rank i's
+  // rows (its local order), this rank's heads, put in global row order.
+  head_blocks(const_cast<float*>(local), stage_[0], heads, split_.cp, s.head_dim, s.rows(),
+              /*to_blocks=*/true);  // `local` is only read
+  exchange(heads, s);
+  int64_t mine = 0;
+  for (int64_t h : heads) mine += h / split_.cp * s.head_dim;
+  global_rows(stage_[1], global, mine, s, /*to_global=*/true);
 }
 
 void ContextAttention::heads_to_seq(const float* global, float* local,
                                     const std::vector<int64_t>& heads, const AttentionShape& s) {
-  const int cp = split_.cp;
-  const int64_t n = s.rows(), hd = s.head_dim, L = s.t, t = split_.t;
-  int64_t full = 0, mine = 0;
-  for (int64_t h : heads) full += h * hd, mine += h / cp * hd;
-  float* send = stage_[0];
-  float* recv = stage_[1];
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < static_cast<int64_t>(cp) * n; ++r) {
-    const int i = static_cast<int>(r / n);
-    const int64_t row = r % n, bb = row / L, il = row % L;
-    std::memcpy(send + r * mine, global + (bb * t + split_.global_row(il, i)) * mine,
-                static_cast<size_t>(mine) * 4);
-  }
-  std::vector<int64_t> counts(static_cast<size_t>(cp), n * mine);
-  options_.group->all_to_all_v(send, counts.data(), recv, counts.data(), DType::f32)->wait();
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    for (int j = 0; j < cp; ++j) {
-      const float* src = recv + (j * n + i) * mine;
-      int64_t dst_off = 0;
-      for (int64_t h : heads) {
-        const int64_t w = h / cp * hd;
-        std::memcpy(local + i * full + dst_off + j * w, src, static_cast<size_t>(w) * 4);
-        src += w;
-        dst_off += h * hd;
-      }
-    }
-  }
+  int64_t mine = 0;
+  for (int64_t h : heads) mine += h / split_.cp * s.head_dim;
+  global_rows(stage_[0], const_cast<float*>(global), mine, s, /*to_global=*/false);  // only read
+  exchange(heads, s);
+  head_blocks(local, stage_[1], heads, split_.cp, s.head_dim, s.rows(), /*to_blocks=*/false);
 }
 
 void ContextAttention::ulysses_forward(const Masks& m, float* out, float* lse, const float* qkv,

@@ -102,9 +102,10 @@ class ContextAttention {
     int32_t* begin = nullptr;      // ring: [cp][n] per source rank step; ulysses: [b, t]
     int32_t* end = nullptr;
   };
+  // The buffers, from an Arena or (bytes()) a MemCounter; `threads` sizes the attention scratch.
   template <class A>
   void allocate(A& arena, const ModelConfig& cfg, const ModelShard& shard, int64_t batch,
-                int64_t seq_len, int slots);
+                int64_t seq_len, int slots, int cp, int threads);
   void ring_forward(const Masks& m, float* out, float* lse, const float* qkv,
                     const AttentionShape& s);
   void ring_backward(const Masks& m, float* dqkv, const float* dout, const float* qkv,
@@ -119,6 +120,11 @@ class ContextAttention {
                     const AttentionShape& s);
   void heads_to_seq(const float* global, float* local, const std::vector<int64_t>& heads,
                     const AttentionShape& s);
+  // cp blocks of rows, each in its source rank's local order <-> rows in global order.
+  void global_rows(float* blocks, float* global, int64_t width, const AttentionShape& s,
+                   bool to_global) const;
+  // The all-to-all of Ulysses: stage_[0] (cp blocks out) -> stage_[1] (cp blocks in).
+  void exchange(const std::vector<int64_t>& heads, const AttentionShape& s);
 
   ContextOptions options_;
   ContextSplit split_;
