@@ -65,6 +65,12 @@ print("losses across hosts:", a)
 print("losses on one host: ", b)
 assert len(a) == 4 and a == b
 PY
+# The last step in a run's metrics (0 before the first).
+step_of() {
+  python3 -c "import json,sys; print(max([json.loads(l)['step'] for l in open(sys.argv[1]) if '\"loss\"' in l] or [0]))" \
+    "$work/$1/metrics.jsonl" 2>/dev/null || echo 0
+}
+
 # One fault's figures: when it struck, how long until the launcher saw the job fail, how long the
 # restart took to finish, and the steps lost (the fault's step minus the resumed checkpoint's).
 report() {  # WHAT STEP T_FAULT T_DETECTED T_DONE LOG
@@ -97,9 +103,8 @@ fault=(--set data.source=synthetic --set train.steps=30 --set train.eval_every=0
     --max-restarts 1 -- "$src/configs/tiny.toml" "${fault[@]}" --set "run.dir=$work/lost" \
     > "$work/lost.log" 2>&1 &
   job=$!
-  step() { python3 -c "import json,sys; print(max([json.loads(l)['step'] for l in open(sys.argv[1]) if '\"loss\"' in l] or [0]))" "$work/lost/metrics.jsonl" 2>/dev/null || echo 0; }
-  for _ in $(seq 1 600); do [ "$(step)" -ge 13 ] && break; sleep 0.1; done
-  at=$(step)
+  for _ in $(seq 1 600); do [ "$(step_of lost)" -ge 13 ] && break; sleep 0.1; done
+  at=$(step_of lost)
   t0=$(date +%s.%N)
   for pid in $(ip netns pids "strata-$id-h2"); do kill -9 "$pid" 2>/dev/null || true; done
   for _ in $(seq 1 600); do grep -q "restarting in" "$work/lost.log" && break; sleep 0.1; done
@@ -117,17 +122,8 @@ else
   echo "    the launcher did not name the lost host this time (mpirun reported no peer)"
 fi
 grep -iE "restart|resum" "$work/lost.log" | sed 's/^/    /' | head -6
-python3 - "$work/clean" "$work/lost" <<'PY' || fail "the resumed run's parameters differ"
-import glob, hashlib, json, os, sys
-def final(run):
-    ck = sorted(glob.glob(os.path.join(run, "ckpt", "step_*")))[-1]
-    assert ck.endswith("step_00000030"), ck
-    return {os.path.basename(f): hashlib.sha256(open(f, "rb").read()).hexdigest()
-            for f in glob.glob(os.path.join(ck, "*.safetensors"))}
-a, b = final(sys.argv[1]), final(sys.argv[2])
-assert a and a == b, (a, b)
-print(f"final checkpoint: {len(a)} tensor files, bitwise equal to the run that never stopped")
-PY
+python3 "$src/tests/tools/same_checkpoint.py" "$work/clean" "$work/lost" 30 ||
+  fail "the resumed run's parameters differ"
 # 4. A link cut: host 2's veth taken down at step 13-15 (`ip link set down`). The ranks' waits end
 #    at the comm timeout (5 s here), the job fails, the link comes back, and the restart from the
 #    last checkpoint ends with the parameters of the run that never stopped, bit for bit.
@@ -138,9 +134,8 @@ PY
     --max-restarts 2 --startup-timeout 60 -- "$src/configs/tiny.toml" "${fault[@]}" \
     --set parallel.comm_timeout_s=5 --set "run.dir=$work/cut" > "$work/cut.log" 2>&1 &
   job=$!
-  step() { python3 -c "import json,sys; print(max([json.loads(l)['step'] for l in open(sys.argv[1]) if '\"loss\"' in l] or [0]))" "$work/cut/metrics.jsonl" 2>/dev/null || echo 0; }
-  for _ in $(seq 1 600); do [ "$(step)" -ge 13 ] && break; sleep 0.1; done
-  at=$(step)
+  for _ in $(seq 1 600); do [ "$(step_of cut)" -ge 13 ] && break; sleep 0.1; done
+  at=$(step_of cut)
   t0=$(date +%s.%N)
   ip link set "sv$id-2" down
   for _ in $(seq 1 900); do grep -qE "restarting in|comm timeout:" "$work/cut.log" && break; sleep 0.1; done
@@ -152,14 +147,6 @@ PY
     "$work/cut.log"
 ) || fail "the cut-link run failed"
 grep -iE "comm timeout|restart|resum" "$work/cut.log" | sed 's/^/    /' | cut -c1-200 | head -6
-python3 - "$work/clean" "$work/cut" <<'PY' || fail "the run after the cut link differs"
-import glob, hashlib, os, sys
-def final(run):
-    ck = sorted(glob.glob(os.path.join(run, "ckpt", "step_*")))[-1]
-    assert ck.endswith("step_00000030"), ck
-    return {os.path.basename(f): hashlib.sha256(open(f, "rb").read()).hexdigest()
-            for f in glob.glob(os.path.join(ck, "*.safetensors"))}
-assert final(sys.argv[1]) == final(sys.argv[2])
-print("after the cut link: the final checkpoint is bitwise that of the run that never stopped")
-PY
+python3 "$src/tests/tools/same_checkpoint.py" "$work/clean" "$work/cut" 30 ||
+  fail "the run after the cut link differs"
 echo "multihost: all checks passed"

@@ -42,15 +42,8 @@ for round in $(seq 1 "$rounds"); do
     > "$work/resume.log" 2>&1 || { tail -20 "$work/resume.log"; fail "round $round: the resume failed"; }
   from=$(grep -oE "at step [0-9]+" "$work/resume.log" | head -1 | grep -oE "[0-9]+" || echo 0)
   resumed_steps+=("$from")
-  python3 - "$work/clean" "$dir" "$steps" <<'PY' || fail "round $round: the final checkpoint differs"
-import glob, hashlib, os, sys
-def final(run):
-    ck = os.path.join(run, "ckpt", "step_%08d" % int(sys.argv[3]))
-    return {os.path.basename(f): hashlib.sha256(open(f, "rb").read()).hexdigest()
-            for f in glob.glob(os.path.join(ck, "*.safetensors"))}
-a, b = final(sys.argv[1]), final(sys.argv[2])
-assert a and a == b, (a, b)
-PY
+  python3 "$src/tests/tools/same_checkpoint.py" "$work/clean" "$dir" "$steps" > /dev/null ||
+    fail "round $round: the final checkpoint differs"
   [ -z "$(find "$dir/ckpt" -name '*.tmp')" ] || fail "round $round: a temporary checkpoint was left"
 done
 python3 - "${resumed_steps[@]}" <<PY
