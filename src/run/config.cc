@@ -197,6 +197,8 @@ const Field kFields[] = {
     STRATA_FIELD(anomaly, spike_action),
     STRATA_FIELD(anomaly, replica_check_every),
     STRATA_FIELD(anomaly, straggler_factor),
+    STRATA_FIELD(anomaly, link_probe_kib),
+    STRATA_FIELD(anomaly, link_probe_every),
     STRATA_FIELD(anomaly, router_collapse_fraction),
     STRATA_FIELD(anomaly, router_collapse_steps),
     STRATA_FIELD(track, tensorboard),

@@ -58,6 +58,10 @@ void validate_config(RunConfig& c, const std::string& where,
         "must not be negative");
   check(an.replica_check_every >= 0 && an.straggler_factor >= 0, where,
         "anomaly.replica_check_every and anomaly.straggler_factor must not be negative");
+  check(an.link_probe_kib >= 0 && an.link_probe_kib <= 65536 && an.link_probe_every >= 0, where,
+        "anomaly.link_probe_kib must lie in [0, 65536] and anomaly.link_probe_every must not be "
+        "negative, got ",
+        an.link_probe_kib, " and ", an.link_probe_every);
   check(c.profile.start_step >= 1 && c.profile.steps >= 1 && c.profile.max_events >= 1000, where,
         "profile.start_step and profile.steps must be at least 1 and profile.max_events at least "
         "1000, got ",

@@ -54,6 +54,13 @@ struct AnomalyConfig {
   // Stragglers: a rank whose step compute time exceeds this factor times the median is named
   // (0: off).
   double straggler_factor = 2.0;
+  // Slow links (comm/link_probe.h): when the world's communication wait jumps (straggler_factor x
+  // the median of the last 20 steps; train/anomaly.h), every pair of ranks times an exchange of
+  // link_probe_kib KiB each way and the ranks behind a slow link are named (0: no probes). Also
+  // every link_probe_every steps (0: only on a jump), which finds a link that was slow from the
+  // start. The probe takes world - 1 rounds: at scale, keep the periodic one rare.
+  int64_t link_probe_kib = 256;
+  int64_t link_probe_every = 0;
   // A collapsed router (MoE families): one expert takes more than router_collapse_fraction of a
   // layer's tokens for router_collapse_steps steps in a row (0: off). Off by itself where the
   // fraction is not above the fair share top_k / experts.

@@ -45,16 +45,38 @@ double lower_median(const std::vector<float>& values) {
   return sorted[(sorted.size() - 1) / 2];
 }
 
-std::vector<int> stragglers(const std::vector<float>& seconds, double factor) {
+std::vector<int> above_median(const std::vector<float>& seconds, double factor, double floor_s) {
   std::vector<int> out;
   if (factor <= 0 || seconds.size() < 2) return out;
-  const size_t n = seconds.size();
   const double median = lower_median(seconds);
-  for (size_t i = 0; i < n; ++i)
-    // A floor of 50 ms keeps scheduling noise on tiny steps from naming anyone.
-    if (seconds[i] > factor * median && seconds[i] - median > 0.05)
+  for (size_t i = 0; i < seconds.size(); ++i)
+    if (seconds[i] > factor * median && seconds[i] - median > floor_s)
       out.push_back(static_cast<int>(i));
   return out;
+}
+
+std::vector<int> stragglers(const std::vector<float>& seconds, double factor) {
+  return above_median(seconds, factor, 0.05);
+}
+
+std::vector<int> slow_link_ranks(const std::vector<float>& scores, double factor) {
+  return above_median(scores, factor, 0.01);
+}
+
+CommSlowdownDetector::CommSlowdownDetector(double factor, int64_t window)
+    : factor_(factor), window_(static_cast<size_t>(std::max<int64_t>(window, 4))) {}
+
+bool CommSlowdownDetector::is_slowdown(float wait_s) {
+  const bool known = recent_.size() >= window_ / 4;
+  median_ = lower_median(recent_);
+  const bool slow = factor_ > 0 && known && wait_s > factor_ * median_ && wait_s - median_ > 0.02;
+  if (recent_.size() < window_) {
+    recent_.push_back(wait_s);
+  } else {
+    recent_[next_] = wait_s;
+    next_ = (next_ + 1) % window_;
+  }
+  return slow;
 }
 
 std::vector<int> outliers(const std::vector<uint64_t>& values) {

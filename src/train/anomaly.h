@@ -2,6 +2,7 @@
 // stragglers (a rank's compute time against the median), diverging replicas (a checksum that
 // disagrees with the others). Pure functions and small state; the trainer feeds them.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -28,8 +29,36 @@ class LossSpikeDetector {
 // The lower median (with two values, the smaller): the reference a straggler is measured against.
 double lower_median(const std::vector<float>& values);
 
-// Ranks whose time exceeds factor x the (lower) median of all (factor <= 0: none).
+// Ranks whose time exceeds factor x the (lower) median of all and the median by more than
+// `floor_s` (factor <= 0: none).
+std::vector<int> above_median(const std::vector<float>& seconds, double factor, double floor_s);
+// Stragglers: compute times above_median with a floor of 50 ms, which keeps scheduling noise on
+// tiny steps from naming anyone.
 std::vector<int> stragglers(const std::vector<float>& seconds, double factor);
+// Ranks behind a slow link: link probe scores (comm/link_probe.h) above_median with a floor of
+// 10 ms (a 256 KiB exchange takes well under 1 ms on any working link).
+std::vector<int> slow_link_ranks(const std::vector<float>& scores, double factor);
+
+// A step whose communication suddenly takes longer: the world's longest wait (exposed
+// communication, pipeline bubble and optimizer, all of which a slow link stretches while compute
+// stays put) above factor x the lower median of the last `window` steps' and 20 ms above it,
+// once `window / 4` steps are known. A slow link slows every rank's wait alike, so this says only
+// that something in the network changed; a link probe (comm/link_probe.h) then says where.
+// Every step joins the window, so a link that stays slow becomes the new normal after about
+// window / 2 steps instead of probing for ever.
+class CommSlowdownDetector {
+ public:
+  CommSlowdownDetector(double factor, int64_t window);
+  bool is_slowdown(float wait_s);
+  double median() const { return median_; }  // of the window before the last step checked
+
+ private:
+  double factor_;
+  size_t window_;
+  std::vector<float> recent_;  // a ring of the last `window` waits
+  size_t next_ = 0;
+  double median_ = 0;
+};
 
 // A collapsed router (MoE families): in some layer, one expert took more than `fraction` of the
 // tokens for `steps` steps in a row. It reports each collapse once, when its run of steps reaches

@@ -6,6 +6,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <set>
 #include <sstream>
 
 #include "core/error.h"
@@ -134,6 +135,53 @@ void add_event_findings(const std::vector<nlohmann::json>& events, std::vector<F
                               " s. Check that rank's host (load, thermal throttling, a noisy "
                               "neighbour) or move it"),
                           evidence(it->second)});
+  }
+  if (auto it = by_kind.find("slow_link"); it != by_kind.end()) {
+    // Per host: the steps its probes named it, its worst exchange time, and whether its ranks'
+    // compute stayed at the median (the network) or was slow too (the host itself).
+    struct Host {
+      std::set<int> ranks;
+      int64_t first_step = 0;
+      double worst = 0, median = 0, compute_ratio = 0;
+    };
+    std::map<std::string, Host> hosts;
+    for (const auto& e : it->second) {
+      const auto names = e.value("hosts", std::vector<std::string>{});
+      const auto ranks = e.value("ranks", std::vector<int>{});
+      const auto secs = e.value("seconds", std::vector<double>{});
+      const auto compute = e.value("compute_s", std::vector<double>{});
+      const double median_compute = e.value("median_compute_s", 0.0);
+      for (const std::string& name : names) {
+        Host& h = hosts[name];
+        if (h.first_step == 0) h.first_step = e.value("step", int64_t{0});
+        h.median = e.value("median_s", 0.0);
+        for (size_t i = 0; i < ranks.size(); ++i) h.ranks.insert(ranks[i]);
+        for (double x : secs) h.worst = std::max(h.worst, x);
+        for (double x : compute)
+          if (median_compute > 0) h.compute_ratio = std::max(h.compute_ratio, x / median_compute);
+      }
+    }
+    std::vector<std::string> named;
+    bool compute_too = false;
+    for (const auto& [name, h] : hosts) {
+      std::vector<std::string> ranks;
+      for (int r : h.ranks) ranks.push_back(std::to_string(r));
+      named.push_back(cat("host ", name, " (rank(s) ", join(ranks, ", "), ", from step ",
+                          h.first_step, ": up to ", h.worst,
+                          " s for an exchange that took a median of ", h.median, " s)"));
+      compute_too = compute_too || h.compute_ratio > 2.0;
+    }
+    out.push_back(Finding{
+        "slow_link",
+        cat("slow link(s): ", join(named, "; "), ". ",
+            compute_too ? "Their compute was slow too, so suspect the host itself (load, "
+                          "throttling) as well as its link"
+                        : "Their compute times stayed at the median: this is the network, not "
+                          "compute",
+            ". Check that host's link (ip -s link or ethtool error and drop counters, its cable "
+            "and switch port, traffic shaping), or run without the host (a --hostfile without it, "
+            "or --elastic)"),
+        evidence(it->second)});
   }
   if (auto it = by_kind.find("router_collapse"); it != by_kind.end()) {
     std::vector<std::string> layers;

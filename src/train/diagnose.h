@@ -10,7 +10,7 @@ namespace strata {
 
 struct Finding {
   // "oom", "hang", "crash", "nonfinite", "loss_spike", "diverging_replica", "straggler",
-  // "router_collapse", "checkpoint", "error"
+  // "slow_link", "router_collapse", "checkpoint", "error"
   std::string kind;
   std::string summary;                // one line: what happened, where, and what to do
   std::vector<std::string> evidence;  // the lines it rests on, each naming its file

@@ -534,6 +534,7 @@ void Trainer::write_metrics(const StepResult& r, double tokens_per_s, double mfu
   if (r.nonfinite) j["nonfinite"] = true;
   if (r.loss_spike) j["loss_spike"] = {{"zscore", r.loss_zscore}};
   if (!r.stragglers.empty()) j["stragglers"] = r.stragglers;
+  if (!r.slow_links.empty()) j["slow_links"] = r.slow_links;
   if (!r.diverged.empty()) j["diverged"] = r.diverged;
   if (r.skipped) j["skipped"] = true;
   if (r.rolled_back) j["rolled_back_to"] = step_;

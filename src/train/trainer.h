@@ -80,6 +80,7 @@ struct StepResult {
   bool skipped_batch = false;  // this step first consumed the batch a rollback ruled out
   double loss_zscore = 0;
   std::vector<int> stragglers, diverged;
+  std::vector<int> slow_links;  // ranks a link probe found behind a slow link this step
 };
 
 class Trainer {
@@ -185,6 +186,10 @@ class Trainer {
   // non-finite steps (aborting after anomaly.max_nonfinite in a row) and loss spikes.
   bool accept_update(double loss, double grad_norm, StepResult& r);
   void after_step_checks(StepResult& r);  // stragglers, replica divergence, injected damage
+  // Slow links: a link probe (comm/link_probe.h) when the world's communication wait jumped
+  // (`slowdown`) or anomaly.link_probe_every says so; names the ranks and hosts behind a slow
+  // link, with their compute times beside (step_times_), which say it is not compute.
+  void check_links(StepResult& r, bool slowdown);
   void event(const std::string& kind, nlohmann::json details = nlohmann::json::object());
   void corrupt_for_test(const std::string& dir);  // fault.corrupt_step
   // A communication timeout names the silent rank: the one of the group that has not timed out
@@ -231,10 +236,11 @@ class Trainer {
   nlohmann::json lineage_;  // the checkpoint this run resumed from, and its ancestors (rank 0)
   std::unique_ptr<LossSpikeDetector> spikes_;
   std::unique_ptr<RouterCollapseDetector> router_collapse_;
-  int64_t nonfinite_run_ = 0;           // consecutive non-finite steps
-  int64_t launch_attempt_ = 1;          // STRATA_LAUNCH_ATTEMPT (1 outside `strata launch`)
-  std::vector<float> step_times_;       // per world rank, gathered for the straggler check
-  bool spike_injected_ = false;         // fault.spike_step fires once per process
+  int64_t nonfinite_run_ = 0;      // consecutive non-finite steps
+  int64_t launch_attempt_ = 1;     // STRATA_LAUNCH_ATTEMPT (1 outside `strata launch`)
+  std::vector<float> step_times_;  // per world rank: compute and wait seconds, gathered each step
+  std::unique_ptr<CommSlowdownDetector> comm_slowdown_;  // made at the first step checked
+  bool spike_injected_ = false;                          // fault.spike_step fires once per process
   bool optimizer_writes_bf16_ = false;  // AdamW keeps the bf16 working weights current
   bool rollback_requested_ = false;     // a loss spike asked to go back to the last checkpoint
   std::vector<int64_t> skip_batch_at_;  // steps whose batch is consumed untrained (rolled back)

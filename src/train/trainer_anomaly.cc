@@ -8,7 +8,9 @@
 #include <csignal>
 #include <thread>
 
+#include "comm/link_probe.h"
 #include "comm/process_groups.h"
+#include "core/clock.h"
 #include "core/log.h"
 #include "io/checksum.h"
 #include "launch/heartbeat.h"
@@ -166,24 +168,92 @@ bool Trainer::accept_update(double loss, double grad_norm, StepResult& r) {
   return !skip;
 }
 
+void Trainer::check_links(StepResult& r, bool slowdown) {
+  const AnomalyConfig& a = config_.anomaly;
+  const bool periodic = a.link_probe_every > 0 && r.step % a.link_probe_every == 0;
+  if (a.link_probe_kib <= 0 || !(slowdown || periodic)) return;
+  Comm& world = groups_->world();
+  const Clock::time_point start = Clock::now();
+  const std::vector<float> row = probe_links(world, a.link_probe_kib * 1024);
+  std::vector<float> matrix(static_cast<size_t>(world_) * static_cast<size_t>(world_));
+  world.all_gather(row.data(), matrix.data(), world_, DType::f32)->wait();
+  const std::vector<float> scores = link_scores(matrix, world_);
+  r.slow_links = slow_link_ranks(scores, a.straggler_factor);
+  // Host names (64 bytes each, sent as 16 i32): the warning names hosts, which is what an
+  // operator replaces.
+  char host[64] = {};
+  ::gethostname(host, sizeof host - 1);
+  std::vector<char> hosts(64 * static_cast<size_t>(world_));
+  world.all_gather(host, hosts.data(), 16, DType::i32)->wait();
+  if (!is_rank0()) return;
+  const double took = seconds_since(start);
+  const double median = lower_median(scores);
+  if (r.slow_links.empty()) {
+    log::info("step ", r.step, ": link probe (",
+              slowdown ? "the communication wait jumped" : "periodic",
+              "): no slow link; exchanges of ", a.link_probe_kib, " KiB took a median of ", median,
+              " s (probe ", took, " s)");
+    return;
+  }
+  std::vector<std::string> names;
+  std::vector<double> secs, compute;
+  for (int s : r.slow_links) {
+    const std::string name(hosts.data() + 64 * static_cast<size_t>(s));
+    if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+    secs.push_back(scores[static_cast<size_t>(s)]);
+    compute.push_back(step_times_[2 * static_cast<size_t>(s)]);
+  }
+  std::vector<float> all_compute;
+  for (int i = 0; i < world_; ++i) all_compute.push_back(step_times_[2 * static_cast<size_t>(i)]);
+  const double median_compute = lower_median(all_compute);
+  log::warn("step ", r.step, ": slow link: rank(s) ", nlohmann::json(r.slow_links).dump(),
+            " on host(s) ", nlohmann::json(names).dump(), " took ", nlohmann::json(secs).dump(),
+            " s to exchange ", a.link_probe_kib, " KiB with their peers against a median of ",
+            median, " s, while they computed for ", nlohmann::json(compute).dump(),
+            " s against a median of ", median_compute, " s: the network, not compute");
+  append_event(config_.run.dir, rank_, "slow_link", r.step,
+               {{"ranks", r.slow_links},
+                {"hosts", names},
+                {"seconds", secs},
+                {"median_s", median},
+                {"kib", a.link_probe_kib},
+                {"compute_s", compute},
+                {"median_compute_s", median_compute},
+                {"trigger", slowdown ? "slowdown" : "periodic"},
+                {"wait_median_s", comm_slowdown_ ? comm_slowdown_->median() : 0.0}});
+}
+
 void Trainer::after_step_checks(StepResult& r) {
   const AnomalyConfig& a = config_.anomaly;
   const FaultConfig& f = config_.fault;
   if (world_ > 1 && a.straggler_factor > 0) {
-    float mine = static_cast<float>(r.compute_s + r.data_s);
-    step_times_.resize(static_cast<size_t>(world_));
-    groups_->world().all_gather(&mine, step_times_.data(), 1, DType::f32)->wait();
-    r.stragglers = stragglers(step_times_, a.straggler_factor);
+    // Compute (with loading) and waiting, per rank: a slow rank stretches its own compute, a
+    // slow link everyone's waits.
+    const float mine[2] = {static_cast<float>(r.compute_s + r.data_s),
+                           static_cast<float>(r.comm_exposed_s + r.tp_comm_s + r.ep_comm_s +
+                                              r.cp_comm_s + r.bubble_s + r.optimizer_s)};
+    step_times_.resize(2 * static_cast<size_t>(world_));
+    groups_->world().all_gather(mine, step_times_.data(), 2, DType::f32)->wait();
+    std::vector<float> compute(static_cast<size_t>(world_));
+    float wait_max = 0;
+    for (int i = 0; i < world_; ++i) {
+      compute[static_cast<size_t>(i)] = step_times_[2 * static_cast<size_t>(i)];
+      wait_max = std::max(wait_max, step_times_[2 * static_cast<size_t>(i) + 1]);
+    }
+    r.stragglers = stragglers(compute, a.straggler_factor);
     if (!r.stragglers.empty() && is_rank0()) {
-      const double median = lower_median(step_times_);
+      const double median = lower_median(compute);
       std::vector<double> secs;
-      for (int s : r.stragglers) secs.push_back(step_times_[static_cast<size_t>(s)]);
+      for (int s : r.stragglers) secs.push_back(compute[static_cast<size_t>(s)]);
       log::warn("step ", r.step, ": straggler rank(s) ", nlohmann::json(r.stragglers).dump(),
                 " computed for ", nlohmann::json(secs).dump(), " s against a median of ", median,
                 " s");
       append_event(config_.run.dir, rank_, "straggler", r.step,
                    {{"ranks", r.stragglers}, {"seconds", secs}, {"median_s", median}});
     }
+    if (!comm_slowdown_)
+      comm_slowdown_ = std::make_unique<CommSlowdownDetector>(a.straggler_factor, 20);
+    check_links(r, comm_slowdown_->is_slowdown(wait_max));
   }
   // A collapsed router, from this rank's tokens (each rank routes its own share of the batch).
   for (const RouterCollapseDetector::Collapse& c :

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 
 #include "model/decoder.h"
 #include "small_run.h"
@@ -35,6 +36,53 @@ TEST(Stragglers, NamedAgainstTheMedian) {
   EXPECT_EQ(stragglers({1.0f, 1.1f, 0.9f, 3.0f}, 2.0), std::vector<int>{3});
   EXPECT_TRUE(stragglers({1.0f, 1.1f, 0.9f, 1.5f}, 2.0).empty());
   EXPECT_TRUE(stragglers({1.0f, 9.0f}, 0.0).empty());  // off
+}
+
+TEST(SlowLinks, NamedAgainstTheMedianAbove10Ms) {
+  EXPECT_EQ(slow_link_ranks({0.001f, 0.001f, 0.2f, 0.2f, 0.001f, 0.001f}, 2.0),
+            (std::vector<int>{2, 3}));
+  // A link twice as slow but by 2 ms is noise on an idle probe, not a fault.
+  EXPECT_TRUE(slow_link_ranks({0.001f, 0.001f, 0.003f}, 2.0).empty());
+}
+
+TEST(CommSlowdownDetector, AJumpOnceTheWindowIsKnownThenTheNewNormal) {
+  CommSlowdownDetector d(2.0, 20);
+  EXPECT_FALSE(d.is_slowdown(0.5f));  // nothing known yet: never
+  for (int i = 0; i < 10; ++i) EXPECT_FALSE(d.is_slowdown(i % 2 ? 0.010f : 0.012f)) << i;
+  EXPECT_FALSE(d.is_slowdown(0.025f));  // more than 2x, but by less than 20 ms
+  EXPECT_TRUE(d.is_slowdown(0.4f));
+  EXPECT_NEAR(d.median(), 0.011, 0.0015);
+  int flagged = 0;  // a link that stays slow: flagged until it fills half the window
+  for (int i = 0; i < 20; ++i) flagged += d.is_slowdown(0.4f);
+  EXPECT_GT(flagged, 3);
+  EXPECT_LT(flagged, 12);
+  EXPECT_FALSE(d.is_slowdown(0.4f));
+  CommSlowdownDetector off(0.0, 20);
+  for (int i = 0; i < 10; ++i) off.is_slowdown(0.01f);
+  EXPECT_FALSE(off.is_slowdown(5.0f));
+}
+
+TEST(Diagnose, ASlowLinkIsTheNetworkNotCompute) {
+  const std::string dir = ::testing::TempDir() + "strata_diagnose_slow_link";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  append_event(dir, 0, "slow_link", 13,
+               {{"ranks", {2, 3}},
+                {"hosts", {"strata-7-h2"}},
+                {"seconds", {0.21, 0.22}},
+                {"median_s", 0.0008},
+                {"kib", 256},
+                {"compute_s", {0.05, 0.05}},
+                {"median_compute_s", 0.05},
+                {"trigger", "slowdown"}});
+  const std::vector<Finding> f = diagnose_run(dir);
+  const auto it =
+      std::find_if(f.begin(), f.end(), [](const Finding& x) { return x.kind == "slow_link"; });
+  ASSERT_NE(it, f.end());
+  EXPECT_NE(it->summary.find("host strata-7-h2 (rank(s) 2, 3, from step 13"), std::string::npos)
+      << it->summary;
+  EXPECT_NE(it->summary.find("the network, not compute"), std::string::npos) << it->summary;
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Outliers, TheMinorityOrEveryoneOnATie) {
