@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
-# Stops the single-node SLURM that scripts/slurm/start.sh started: exactly the daemons whose pid
-# files it wrote in its scratch directory (munged only if start.sh started it). Idempotent.
+# Stops the SLURM cluster that scripts/slurm/start.sh started: exactly the daemons whose pid files
+# it wrote in its scratch directory (munged only if start.sh started it). Idempotent.
 #
 #   scripts/slurm/stop.sh            # STRATA_SLURM_DIR as for start.sh (default /tmp/strata-slurm)
+#   STRATA_SLURM_HOSTS=ID:N scripts/slurm/stop.sh   # the cluster over emulated hosts (a slurmd
+#                                                   # in each; the hosts themselves stay)
 set -uo pipefail
 
-dir=${STRATA_SLURM_DIR:-/tmp/strata-slurm}
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=scripts/slurm/cluster.sh
+source "$here/cluster.sh"
+[ -n "$cluster_error" ] && { echo "slurm/stop: $cluster_error" >&2; exit 2; }
 SUDO=""
 [ "$(id -u)" -ne 0 ] && SUDO="sudo"
 
@@ -37,8 +42,12 @@ stop() {
   rm -f "$pidfile"
 }
 
-# slurmd first: it would otherwise keep reporting to a controller that is gone.
-stop "$dir/slurmd.pid" slurmd
+# The slurmds first: they would otherwise keep reporting to a controller that is gone. Every
+# slurmd pid file in the directory, not only those of the nodes named now: a cluster started with
+# other hosts (or before slurmd's files were per node: slurmd.pid) is stopped all the same.
+for pidfile in "$dir"/slurmd*.pid; do
+  [ -e "$pidfile" ] && stop "$pidfile" slurmd
+done
 stop "$dir/slurmctld.pid" slurmctld
 stop "$dir/munged.pid" munged
 rm -f "$dir/env.sh"
