@@ -48,7 +48,38 @@ stop() {
 for pidfile in "$dir"/slurmd*.pid; do
   [ -e "$pidfile" ] && stop "$pidfile" slurmd
 done
+# A job step outlives its slurmd (slurmstepd goes on while slurmd restarts, by design): this
+# cluster's steps (their SLURM_CONF, inherited from slurmd, names it) are ended with the tasks
+# they started. SIGKILL: slurmstepd ignores SIGTERM.
+descendants() {
+  local child
+  for child in $(pgrep -P "$1"); do echo "$child"; descendants "$child"; done
+}
+for pid in $(pgrep -x slurmstepd); do
+  $SUDO cat "/proc/$pid/environ" 2>/dev/null | tr '\0' '\n' | grep -qxF "SLURM_CONF=$dir/slurm.conf" ||
+    continue
+  tree=$(descendants "$pid")
+  echo "slurm/stop: ending a job step left behind: $(ps -o args= -p "$pid")" >&2
+  # shellcheck disable=SC2086  # one pid a word
+  $SUDO kill -KILL "$pid" $tree 2>/dev/null
+done
 stop "$dir/slurmctld.pid" slurmctld
+# munged is shared by every cluster on this machine (the single-node one and those over emulated
+# hosts can run at once): while another cluster's slurmctld runs, ours is handed to that cluster
+# (its scratch directory, from its SLURM_CONF), whose stop.sh ends it, instead of stopped now.
+if [ -s "$dir/munged.pid" ]; then
+  for pid in $(pgrep -x slurmctld); do
+    other=$($SUDO cat "/proc/$pid/environ" 2>/dev/null | tr '\0' '\n' | sed -n 's/^SLURM_CONF=//p')
+    other=$(dirname "${other:-/nonexistent/slurm.conf}")
+    if [ -d "$other" ] && [ "$other" != "$dir" ]; then
+      # Where that cluster names a munged already, it is this one (there is one socket).
+      [ -e "$other/munged.pid" ] || cp "$dir/munged.pid" "$other/munged.pid"
+      rm -f "$dir/munged.pid"
+      echo "slurm/stop: munged left running for the cluster in $other (its stop.sh ends it)" >&2
+      break
+    fi
+  done
+fi
 stop "$dir/munged.pid" munged
 rm -f "$dir/env.sh"
 exit 0
