@@ -23,7 +23,8 @@ if [ -n "${STRATA_SLURM_HOSTS:-}" ]; then
     dir=${STRATA_SLURM_DIR:-/tmp/strata-slurm-hosts-$hosts_set}
     port=${STRATA_SLURM_PORT:-$((6900 + hosts_set))}
   else
-    cluster_error="STRATA_SLURM_HOSTS must be ID:N (set ID 1-199, N hosts), got '$STRATA_SLURM_HOSTS'"
+    cluster_error="STRATA_SLURM_HOSTS must be ID:N (set ID 1-199, N hosts)"
+    cluster_error+=", got '$STRATA_SLURM_HOSTS'"
   fi
 fi
 if [ -z "$hosts_set" ]; then

@@ -32,10 +32,12 @@ SUDO=""
 [ "$(id -u)" -ne 0 ] && SUDO="sudo"
 
 say() { echo "slurm/start: $*" >&2; }
+# The daemons' logs tell why they failed; before they are started, the logs are an earlier run's.
+daemons=0
 die() {
   say "$*"
   for log in "$dir"/slurmctld.log "$dir"/slurmd*.log; do
-    [ -f "$log" ] && { say "--- tail of $log"; tail -n 15 "$log" >&2; }
+    [ $daemons -eq 1 ] && [ -f "$log" ] && { say "--- tail of $log"; tail -n 15 "$log" >&2; }
   done
   exit 1
 }
@@ -72,11 +74,11 @@ fi
 
 # The emulated hosts must exist already: this script makes no network of its own.
 if [ -n "$hosts_set" ]; then
+  make="run scripts/emulated_hosts.sh up $hosts_set ${#nodes[@]} first"
   ip -o -4 addr show dev "strata-br-$hosts_set" 2>/dev/null | grep -q " $ctl_addr/" ||
-    die "no bridge strata-br-$hosts_set at $ctl_addr: run scripts/emulated_hosts.sh up $hosts_set ${#nodes[@]} first"
+    die "no bridge strata-br-$hosts_set at $ctl_addr: $make"
   for node in "${nodes[@]}"; do
-    ip netns list | awk '{print $1}' | grep -qx "$node" ||
-      die "no emulated host $node: run scripts/emulated_hosts.sh up $hosts_set ${#nodes[@]} first"
+    ip netns list | awk '{print $1}' | grep -qx "$node" || die "no emulated host $node: $make"
   done
 fi
 
@@ -123,7 +125,9 @@ fi
 # so it also works in containers. slurmctld is "localhost" (a name it always accepts as its own)
 # at the address the nodes reach it on. Every node's files are its own (%n: the node's name),
 # since the emulated hosts share this file system: pid file, log, spool (where the PMIx plugin
-# puts its server's sockets) and TmpFS (where it puts the ranks' PMIx directories).
+# puts its server's socket, stepd.slurm.pmix.JOB.STEP) and TmpFS (where it makes the ranks' PMIx
+# directory, spmix_appdir_UID_JOB.STEP); shared, the second node's step of a job fails to start
+# (bind: "Address already in use"; mkdir: "File exists").
 # nproc honours OMP_NUM_THREADS (tests set it): count the CPUs without it. Each emulated host
 # gets all of them (hosts that share the machine's CPUs, as they share everything else).
 cpus=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
@@ -169,12 +173,14 @@ EOF
   for i in "${!nodes[@]}"; do
     echo "NodeName=${nodes[$i]} NodeAddr=${addrs[$i]} CPUs=$cpus RealMemory=$mem_mb State=UNKNOWN"
   done
-  echo "PartitionName=debug Nodes=$(IFS=,; echo "${nodes[*]}") Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO"
+  echo "PartitionName=debug Nodes=$(IFS=,; echo "${nodes[*]}") Default=YES MaxTime=INFINITE" \
+    "State=UP OverSubscribe=NO"
 } >"$conf"
 
 # 4. The daemons (each forks into the background and writes its pid file). -c: a fresh start,
 # without jobs a previous instance left in the state directory.
 rm -f "$dir/slurmctld.pid" "$dir"/slurmd*.pid
+daemons=1
 $SUDO env SLURM_CONF="$conf" slurmctld -c || die "slurmctld did not start"
 for _ in $(seq 50); do
   alive "$dir/slurmctld.pid" slurmctld && break

@@ -56,8 +56,8 @@ descendants() {
   for child in $(pgrep -P "$1"); do echo "$child"; descendants "$child"; done
 }
 for pid in $(pgrep -x slurmstepd); do
-  $SUDO cat "/proc/$pid/environ" 2>/dev/null | tr '\0' '\n' | grep -qxF "SLURM_CONF=$dir/slurm.conf" ||
-    continue
+  $SUDO cat "/proc/$pid/environ" 2>/dev/null | tr '\0' '\n' |
+    grep -qxF "SLURM_CONF=$dir/slurm.conf" || continue
   tree=$(descendants "$pid")
   echo "slurm/stop: ending a job step left behind: $(ps -o args= -p "$pid")" >&2
   # shellcheck disable=SC2086  # one pid a word

@@ -37,13 +37,18 @@ export STRATA_SLURM_HOSTS=$id:2 STRATA_SLURM_DIR=$work/slurm
 conf=$STRATA_SLURM_DIR/slurm.conf
 job_name=strata-hosts-test-$$
 cleanup() {
-  [ -s "$conf" ] && SLURM_CONF=$conf scancel -n "$job_name" 2>/dev/null
+  # Only while slurmctld runs: scancel would wait for a controller that is gone.
+  [ -s "$STRATA_SLURM_DIR/slurmctld.pid" ] && SLURM_CONF=$conf scancel -n "$job_name" 2>/dev/null
   "$src/scripts/slurm/stop.sh" 2>/dev/null
   "$hosts" down "$id"
   rm -rf "$work"
 }
 "$hosts" down "$id"
-"$hosts" up "$id" 2 || { "$hosts" down "$id"; rm -rf "$work"; skip "cannot make network namespaces here"; }
+if ! "$hosts" up "$id" 2; then
+  "$hosts" down "$id"
+  rm -rf "$work"
+  skip "cannot make network namespaces here"
+fi
 trap cleanup EXIT
 trap 'exit 1' INT TERM
 if ! "$src/scripts/slurm/start.sh" > "$work/start.log" 2>&1; then
@@ -84,8 +89,9 @@ common=(--set data.source=synthetic --set train.steps=4 --set train.eval_every=0
   mkdir -p "$work/sbatch"
   "$strata" launch -n 4 --nodes 2 --emit slurm --out "$work/sbatch/job.sh" \
     --job-name "$job_name" --workdir "$work/sbatch" --cpus-per-task 1 --time 00:15:00 -- \
-    "$src/configs/tiny.toml" "${common[@]}" --set "run.dir=$work/sbatch/run" ||
-    { echo "strata launch --emit slurm failed"; exit 1; }
+    "$src/configs/tiny.toml" "${common[@]}" --set "run.dir=$work/sbatch/run" \
+    > "$work/emit.log" 2>&1 ||
+    { cat "$work/emit.log"; echo "strata launch --emit slurm failed"; exit 1; }
   grep -qx "#SBATCH --nodes=2" "$work/sbatch/job.sh" &&
     grep -qx "#SBATCH --ntasks-per-node=2" "$work/sbatch/job.sh" ||
     { cat "$work/sbatch/job.sh"; echo "the script does not ask for 2 nodes of 2 tasks"; exit 1; }
@@ -97,11 +103,13 @@ t_jobs=$SECONDS
 for r in 0 1 2 3; do
   want="strata-$id-h$(( r / 2 + 1 ))"
   got=$(cat "$work/hello/host_rank_$r.txt" 2>/dev/null || echo none)
-  grep -qx "mpi_hello rank $r size 4 slurm_procid $r pmix_rank $r" "$work/hello/hello_rank_$r.txt" ||
+  grep -qx "mpi_hello rank $r size 4 slurm_procid $r pmix_rank $r" \
+    "$work/hello/hello_rank_$r.txt" ||
     fail "rank $r: $(cat "$work/hello/hello_rank_$r.txt" 2>/dev/null || echo 'no record')"
   [ "$got" = "$want" ] || fail "rank $r ran on '$got', expected $want (2 adjacent ranks a node)"
 done
-echo "a. salloc: one world of 4 (SLURM_PROCID = PMIx rank = MPI rank); ranks 0,1 on strata-$id-h1, 2,3 on strata-$id-h2"
+echo "a. salloc: one world of 4 (SLURM_PROCID = PMIx rank = MPI rank);" \
+  "ranks 0,1 on strata-$id-h1, 2,3 on strata-$id-h2"
 
 # The same training job on one host, outside SLURM (mpirun; shared memory between the ranks).
 OMP_NUM_THREADS=1 timeout --kill-after=10 600 "$strata" launch -n 4 -- "$src/configs/tiny.toml" \
@@ -138,7 +146,7 @@ sleep 0.5
 left=""
 for i in 1 2; do left+=" $(ip netns pids "strata-$id-h$i" 2>/dev/null | tr '\n' ' ')"; done
 for pid in $(pgrep -x 'slurmctld|slurmd|slurmstepd|srun|salloc|sbatch'); do
-  tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | grep -qxF "SLURM_CONF=$conf" && left+=" $pid"
+  tr '\0' '\n' 2>/dev/null < "/proc/$pid/environ" | grep -qxF "SLURM_CONF=$conf" && left+=" $pid"
 done
 if [ -n "${left// /}" ]; then
   # shellcheck disable=SC2086  # one pid a word
@@ -146,5 +154,6 @@ if [ -n "${left// /}" ]; then
   fail "processes left behind (above)"
 fi
 echo "no process of the cluster or its hosts left"
-echo "times: cluster up $((t_up - t0)) s, SLURM jobs $((t_jobs - t_up)) s, one-host run $((t_ref - t_jobs)) s, all $((SECONDS - t0)) s"
+echo "times: cluster up $((t_up - t0)) s, SLURM jobs $((t_jobs - t_up)) s," \
+  "one-host run $((t_ref - t_jobs)) s, all $((SECONDS - t0)) s"
 echo "slurm_multihost: all checks passed"
