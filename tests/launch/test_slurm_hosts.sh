@@ -82,7 +82,7 @@ common=(--set data.source=synthetic --set train.steps=4 --set train.eval_every=0
   grep -q "srun --mpi=pmix -n 4" "$work/hello.log" ||
     { cat "$work/hello.log"; echo "strata launch did not use srun --mpi=pmix"; exit 1; }
   # b. Training inside the allocation.
-  timeout --kill-after=10 600 "${salloc[@]}" "$strata" launch -n 4 -- "$src/configs/tiny.toml" \
+  timeout --kill-after=10 240 "${salloc[@]}" "$strata" launch -n 4 -- "$src/configs/tiny.toml" \
     "${common[@]}" --set "run.dir=$work/salloc" > "$work/salloc.log" 2>&1 ||
     { tail -30 "$work/salloc.log"; exit 1; }
   # c. The batch script strata writes, 2 ranks a node, through sbatch.
@@ -95,7 +95,7 @@ common=(--set data.source=synthetic --set train.steps=4 --set train.eval_every=0
   grep -qx "#SBATCH --nodes=2" "$work/sbatch/job.sh" &&
     grep -qx "#SBATCH --ntasks-per-node=2" "$work/sbatch/job.sh" ||
     { cat "$work/sbatch/job.sh"; echo "the script does not ask for 2 nodes of 2 tasks"; exit 1; }
-  timeout --kill-after=10 600 sbatch --wait "$work/sbatch/job.sh" > "$work/sbatch.log" 2>&1 ||
+  timeout --kill-after=10 240 sbatch --wait "$work/sbatch/job.sh" > "$work/sbatch.log" 2>&1 ||
     { cat "$work/sbatch.log" "$work/sbatch/$job_name"-*.out; exit 1; }
 ) || fail "a SLURM job across the emulated hosts failed"
 t_jobs=$SECONDS
@@ -112,7 +112,7 @@ echo "a. salloc: one world of 4 (SLURM_PROCID = PMIx rank = MPI rank);" \
   "ranks 0,1 on strata-$id-h1, 2,3 on strata-$id-h2"
 
 # The same training job on one host, outside SLURM (mpirun; shared memory between the ranks).
-OMP_NUM_THREADS=1 timeout --kill-after=10 600 "$strata" launch -n 4 -- "$src/configs/tiny.toml" \
+OMP_NUM_THREADS=1 timeout --kill-after=10 240 "$strata" launch -n 4 -- "$src/configs/tiny.toml" \
   "${common[@]}" --set "run.dir=$work/one" > "$work/one.log" 2>&1 ||
   { tail -30 "$work/one.log"; fail "the job on one host failed"; }
 t_ref=$SECONDS
