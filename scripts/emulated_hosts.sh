@@ -14,7 +14,8 @@
 #                                         below for remote starts, TCP on the set's subnet only
 #   scripts/emulated_hosts.sh agent ...   Open MPI's rsh agent (plm_rsh_agent): "agent [opts] HOST
 #                                         CMD..." runs CMD inside HOST's namespace, with HOST's
-#                                         hostname (unshare --uts)
+#                                         hostname (unshare --uts); a host that is down (no
+#                                         namespace, or its link down) fails as ssh would
 #   scripts/emulated_hosts.sh exec ID I CMD...  CMD inside host I's namespace
 set -euo pipefail
 self=$(readlink -f "$0")
@@ -82,6 +83,18 @@ case "$cmd" in
     [[ "$host" =~ ^10\.77\.([0-9]+)\.([0-9]+)$ ]] ||
       { echo "emulated_hosts agent: '$host' is not an emulated host" >&2; exit 2; }
     id=${BASH_REMATCH[1]} i=$((BASH_REMATCH[2] - 10))
+    # A host that is down answers as ssh does, so that the launcher reads the same words as on
+    # real hosts: no namespace is a host powered off; its link set down, a dead NIC or cable (ssh
+    # waits for its connect timeout first: 2 s here).
+    if ! ip netns list | awk '{print $1}' | grep -qx "$(ns_of "$id" "$i")"; then
+      echo "ssh: connect to host $host port 22: No route to host" >&2
+      exit 255
+    fi
+    if ! ip link show "sv$id-$i" 2>/dev/null | grep -q "state UP"; then
+      sleep 2
+      echo "ssh: connect to host $host port 22: Connection timed out" >&2
+      exit 255
+    fi
     exec ip netns exec "$(ns_of "$id" "$i")" unshare --uts sh -c "hostname strata-$id-h$i; $*"
     ;;
   exec)
@@ -90,7 +103,7 @@ case "$cmd" in
     exec ip netns exec "$(ns_of "$id" "$i")" "$@"
     ;;
   *)
-    sed -n '2,21p' "$self" >&2
+    sed -n '2,19p' "$self" >&2
     exit 2
     ;;
 esac

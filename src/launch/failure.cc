@@ -80,7 +80,8 @@ bool is_failure_report_line(std::string_view line) {
                                          "forcing job termination",
                                          "start process rank",
                                          "Peer host:",
-                                         "connect() to"};
+                                         "connect() to",
+                                         "ssh: "};
   for (const char* key : keys)
     if (line.find(key) != std::string_view::npos) return true;
   return false;
@@ -105,6 +106,15 @@ std::optional<std::string> parse_lost_host(std::string_view output) {
   return std::max_element(counts.begin(), counts.end(),
                           [](const auto& a, const auto& b) { return a.second < b.second; })
       ->first;
+}
+
+std::optional<std::string> parse_unreachable_host(std::string_view output) {
+  static const std::regex connect(R"(ssh: connect to host (\S+) port \d+: )");
+  static const std::regex resolve(R"(ssh: Could not resolve hostname ([^\s:]+))");
+  std::smatch m;
+  for (const std::string& line : split_lines(output))
+    if (std::regex_search(line, m, connect) || std::regex_search(line, m, resolve)) return m[1];
+  return std::nullopt;
 }
 
 std::optional<RankFailure> parse_failure(std::string_view output) {

@@ -31,6 +31,12 @@ std::optional<RankFailure> parse_failure(std::string_view output);
 // The host most named; nothing when none is.
 std::optional<std::string> parse_lost_host(std::string_view output);
 
+// A host the launcher could not start its daemon on, from the remote-start agent's report (ssh's
+// words, which scripts/emulated_hosts.sh's agent repeats): "ssh: connect to host 10.77.9.13 port
+// 22: No route to host" (or "Connection timed out", "Connection refused"), "ssh: Could not
+// resolve hostname node7: ...". Such a host is down, not merely slow to start. Nothing when none.
+std::optional<std::string> parse_unreachable_host(std::string_view output);
+
 // True for a line parse_failure or parse_lost_host may need: the supervisor keeps only these
 // from a long run.
 bool is_failure_report_line(std::string_view line);

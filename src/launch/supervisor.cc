@@ -20,6 +20,7 @@
 #include "launch/command.h"
 #include "launch/failure.h"
 #include "launch/heartbeat.h"
+#include "launch/hostfile.h"
 #include "launch/output_tee.h"
 #include "launch/watchdog.h"
 
@@ -99,6 +100,10 @@ class Reporter {
 
 struct AttemptResult {
   int failed_rank = -1;  // the rank the launcher named, when it named one
+  // The host the job lost, when the output names one; `unreachable`: its daemon could not even
+  // be started (the host is down, not a rank on it).
+  std::string failed_host;
+  bool unreachable = false;
   bool ok = false;
   bool interrupted = false;
   int exit_status = 0;
@@ -156,7 +161,14 @@ AttemptResult run_attempt(const LaunchOptions& options, const std::vector<std::s
         return result;
       }
       const std::optional<RankFailure> failure = parse_failure(tee.report());
-      if (failure) {
+      if (const std::optional<std::string> down = parse_unreachable_host(tee.report())) {
+        result.what =
+            cat(launcher, " exited with status ", *status, ": it could not start on host ", *down,
+                " (the host is down or unreachable)");
+        result.failed_host = *down;
+        result.unreachable = true;
+        result.exit_status = *status;
+      } else if (failure) {
         result.what = failure->describe();
         result.failed_rank = failure->rank;
         result.exit_status =
@@ -166,6 +178,7 @@ AttemptResult run_attempt(const LaunchOptions& options, const std::vector<std::s
         result.what =
             cat(launcher, " exited with status ", *status, ": the ranks lost their peers on host ",
                 *host, " (every process there stopped, or its network link is down)");
+        result.failed_host = *host;
         result.exit_status = *status;
       } else {
         result.what =
@@ -199,6 +212,42 @@ void pause_for(double seconds) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
 }
 
+// An elastic restart without a host that is down: the hostfile without it (written into the run
+// directory, or beside the hostfile), the ranks its other hosts hold, and the layout `shrink`
+// plans for them. False, said why, when that cannot be done.
+bool drop_host(LaunchOptions& current, LaunchEnv& env, const std::string& host,
+               Reporter& reporter) {
+  std::vector<HostfileEntry> removed;
+  const std::string rest = hostfile_without(io::read_file(current.hostfile), host, removed);
+  const std::vector<HostfileEntry> left = parse_hostfile(rest);
+  if (removed.empty() || left.empty()) {
+    reporter.say(cat("elastic: cannot go on without host ", host, ": ",
+                     removed.empty() ? "the hostfile " + current.hostfile + " does not name it"
+                                     : std::string("it is the last host")));
+    return false;
+  }
+  int capacity = 0;  // a host without slots= takes as many ranks as it has cores (Open MPI)
+  for (const HostfileEntry& e : left) capacity += e.slots > 0 ? e.slots : env.cores;
+  const int available = std::min(current.ranks, capacity);
+  const std::optional<ElasticPlan> plan = current.shrink(available);
+  if (!plan) {
+    reporter.say(cat("elastic: no layout fits the ", available, " ranks of the ", left.size(),
+                     " host(s) left without ", host));
+    return false;
+  }
+  const std::string path = current.run_dir.empty() ? current.hostfile + ".elastic"
+                                                   : current.run_dir + "/hostfile.elastic";
+  io::write_file_atomic(path, rest);
+  reporter.say(cat("elastic: host ", host, " cannot be brought back; restarting on ", plan->ranks,
+                   " ranks of the ", left.size(), " host(s) left (", path, ") with ",
+                   plan->description));
+  current.hostfile = path;
+  current.ranks = plan->ranks;
+  current.args.insert(current.args.end(), plan->extra_args.begin(), plan->extra_args.end());
+  env.hosts = static_cast<int>(left.size());
+  return true;
+}
+
 }  // namespace
 
 LaunchReport supervise_job(const LaunchOptions& options) {
@@ -223,6 +272,7 @@ LaunchReport supervise_job(const LaunchOptions& options) {
   const int attempts = options.max_restarts + 1;
   std::string previous;
   int last_failed_rank = -1;
+  std::string last_failed_host;
   for (int attempt = 1; attempt <= attempts; ++attempt) {
     report.attempts = attempt;
     if (attempt == 1)
@@ -257,9 +307,19 @@ LaunchReport supervise_job(const LaunchOptions& options) {
     }
     reporter.say(line);
     previous = result.what;
-    // The same rank failing again right after a restart cannot be brought back: go on without it.
-    if (current.elastic && current.shrink && result.failed_rank >= 0 &&
-        result.failed_rank == last_failed_rank && attempt < attempts) {
+    // A host that is down (its daemon cannot start), or lost again right after a restart, cannot
+    // be brought back: go on on the other hosts.
+    if (current.elastic && current.shrink && !current.hostfile.empty() &&
+        !result.failed_host.empty() &&
+        (result.unreachable || result.failed_host == last_failed_host) && attempt < attempts) {
+      if (drop_host(current, env, result.failed_host, reporter)) {
+        argv = build_command(current, env);
+        previous += cat("; now on ", current.ranks, " ranks: ", format_command(argv));
+      }
+      last_failed_rank = -1;
+      last_failed_host.clear();
+    } else if (current.elastic && current.shrink && result.failed_rank >= 0 &&
+               result.failed_rank == last_failed_rank && attempt < attempts) {
       if (const std::optional<ElasticPlan> plan = current.shrink(current.ranks - 1)) {
         reporter.say(cat("elastic: rank ", result.failed_rank,
                          " failed again after a restart; restarting on ", plan->ranks, " of the ",
@@ -274,6 +334,7 @@ LaunchReport supervise_job(const LaunchOptions& options) {
       }
     } else {
       last_failed_rank = result.failed_rank;
+      last_failed_host = result.failed_host;
     }
     if (attempt == attempts) break;
     pause_for(options.restart_delay);
