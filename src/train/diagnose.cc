@@ -280,7 +280,7 @@ std::vector<Finding> diagnose_run(const std::string& run_dir) {
       hang_evidence.push_back(l.cite());
   }
   // The silent rank: the one that did not time out beside the others (their heartbeats say
-  // "comm timeout"), else the one whose heartbeat is furthest behind.
+  // "comm timeout: OPERATION"), else the one whose heartbeat is furthest behind.
   std::string silent;
   {
     std::vector<launch::Heartbeat> beats;
@@ -289,13 +289,15 @@ std::vector<Finding> diagnose_run(const std::string& run_dir) {
       if (!hb) break;
       beats.push_back(*hb);
     }
-    const bool timeouts = std::any_of(beats.begin(), beats.end(),
-                                      [](const auto& b) { return b.phase == "comm timeout"; });
+    const auto timed_out = [](const launch::Heartbeat& b) {
+      return b.phase.rfind("comm timeout", 0) == 0;
+    };
+    const bool timeouts = std::any_of(beats.begin(), beats.end(), timed_out);
     std::vector<const launch::Heartbeat*> quiet;
     int64_t max_step = 0;
     for (const auto& b : beats) max_step = std::max(max_step, b.step);
     for (const auto& b : beats)
-      if (timeouts ? b.phase != "comm timeout" : b.step < max_step) quiet.push_back(&b);
+      if (timeouts ? !timed_out(b) : b.step < max_step) quiet.push_back(&b);
     if (beats.size() > 1 && !quiet.empty() && quiet.size() < beats.size()) {
       for (const launch::Heartbeat* b : quiet) {
         silent += cat(silent.empty() ? "" : ", ", "rank ", b->rank, " (pid ", b->pid, " on ",

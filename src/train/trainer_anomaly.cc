@@ -6,6 +6,8 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <map>
+#include <set>
 #include <thread>
 
 #include "comm/link_probe.h"
@@ -39,6 +41,36 @@ uint64_t join16(const float* in) {
   for (int i = 0; i < 4; ++i) h |= static_cast<uint64_t>(in[i]) << (16 * i);
   return h;
 }
+// Every rank of a group timed out (their heartbeats say "comm timeout: OPERATION"). In the same
+// operation at the same step, each one waits for data the others have sent: the network between
+// their hosts (a link down or dropping packets). In different operations or steps, they issued
+// their collectives in different orders: a mismatched schedule.
+std::string network_or_schedule(
+    const std::vector<std::pair<int, std::optional<launch::Heartbeat>>>& stuck,
+    const std::string& mine) {
+  std::map<std::string, std::vector<int>> by_host;
+  std::set<std::pair<int64_t, std::string>> where;
+  for (const auto& [r, hb] : stuck) {
+    by_host[hb->host].push_back(r);
+    where.emplace(hb->step, hb->phase);
+  }
+  std::string hosts;
+  for (const auto& [host, rs] : by_host)
+    hosts += cat(hosts.empty() ? "" : "; ", host, ": ", nlohmann::json(rs).dump());
+  if (where.size() == 1)
+    return cat(
+        "every rank of the group timed out in the same operation at the same step, so the "
+        "data between them is not arriving: suspect the network between their hosts (",
+        hosts, "): a link down or dropping packets (ip -s link, ethtool, the switch port)");
+  std::string phases;
+  for (const auto& [step, phase] : where)
+    phases +=
+        cat(phases.empty() ? "" : "; ", "step ", step, " ", phase.substr(phase.find(':') + 2));
+  return cat("every rank of the group is stuck, but not in the same operation (", phases,
+             "; this rank: ", mine.substr(mine.find(':') + 2),
+             "): a mismatched schedule, ranks issuing their collectives in different orders");
+}
+
 }  // namespace
 
 void Trainer::event(const std::string& kind, nlohmann::json details) {
@@ -46,25 +78,26 @@ void Trainer::event(const std::string& kind, nlohmann::json details) {
 }
 
 void Trainer::install_timeout_hint() {
-  set_timeout_hint([this](const std::vector<int>& ranks, const std::string&) -> std::string {
+  set_timeout_hint([this](const std::vector<int>& ranks, const std::string& operation) {
     const std::string& dir = config_.run.dir;
-    const char* kPhase = "comm timeout";
-    launch::write_heartbeat(dir, rank_, step_ + 1, kPhase);
+    const std::string kPhase = "comm timeout";
+    const std::string mine = cat(kPhase, ": ", operation);
+    launch::write_heartbeat(dir, rank_, step_ + 1, mine);
     // The other ranks of the group time out in the same operation within moments of this one;
     // a rank that has not after a grace never reached it.
-    std::vector<std::pair<int, std::optional<launch::Heartbeat>>> silent;
+    std::vector<std::pair<int, std::optional<launch::Heartbeat>>> silent, stuck;
     for (int waited_ms = 0; waited_ms <= 2000; waited_ms += 100) {
       silent.clear();
+      stuck.clear();
       for (int r : ranks) {
-        if (r == rank_) continue;
         std::optional<launch::Heartbeat> hb = launch::read_heartbeat(dir, r);
-        if (!hb || hb->phase != kPhase) silent.emplace_back(r, hb);
+        const bool timed_out = hb && hb->phase.rfind(kPhase, 0) == 0;
+        (timed_out ? stuck : silent).emplace_back(r, hb);
       }
       if (silent.empty()) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
-    if (silent.empty())
-      return "every rank of the group is stuck in it (a mismatched schedule or the network)";
+    if (silent.empty()) return network_or_schedule(stuck, mine);
     std::string text;
     for (const auto& [r, hb] : silent) {
       text += cat(text.empty() ? "" : "; ", "world rank ", r, " never reached it (the silent rank",
