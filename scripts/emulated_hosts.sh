@@ -57,6 +57,9 @@ case "$cmd" in
       ip netns del "$ns" || true
     done
     ip link del "strata-br-$id" 2>/dev/null || true
+    # What a host's /tmp would lose at its reboot: the Open MPI session directories of a host
+    # whose daemon was killed (the hosts share this machine's /tmp).
+    rm -rf /tmp/ompi.strata-"$id"-h*
     ;;
   hostfile)
     id=$2 slots=$3

@@ -142,9 +142,12 @@ Command add_launch_command(CLI::App& parent) {
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   app->add_flag("--dry-run", o.dry_run, "print the command that starts the ranks, and exit");
-  app->add_flag("--elastic", o.elastic,
-                "when a rank fails again right after a restart, restart on the remaining ranks "
-                "(data parallelism shrinks, the global batch is kept by gradient accumulation)");
+  app->add_flag(
+      "--elastic", o.elastic,
+      "when a rank fails again right after a restart, or a host of the --hostfile is down "
+      "(its remote start fails, or it is lost again after a restart), restart on the "
+      "remaining ranks (data parallelism shrinks, the global batch is kept by gradient "
+      "accumulation)");
   app->add_option("--set", args->sets, "override a config key, as for `strata train`")
       ->take_all()
       ->expected(1);
