@@ -273,6 +273,7 @@ LaunchReport supervise_job(const LaunchOptions& options) {
   std::string previous;
   int last_failed_rank = -1;
   std::string last_failed_host;
+  int unreachable_streak = 0;  // attempts in a row that could not start on a host
   for (int attempt = 1; attempt <= attempts; ++attempt) {
     report.attempts = attempt;
     if (attempt == 1)
@@ -298,10 +299,22 @@ LaunchReport supervise_job(const LaunchOptions& options) {
     }
     std::string line = cat(result.what, " (job attempt ", attempt, " of ", attempts, ")");
     report.failures.push_back(line);
+    // A host that is down may come back (a reboot, a cable): without --elastic, each restart in
+    // a row that finds it down waits twice as long as the one before (up to 60 s), so that the
+    // restarts outlast a short outage instead of being spent in seconds.
+    unreachable_streak = result.unreachable ? unreachable_streak + 1 : 0;
+    const double delay_s =
+        unreachable_streak > 0 && !current.elastic
+            ? std::min(60.0, options.restart_delay * double(1 << std::min(unreachable_streak, 6)))
+            : options.restart_delay;
     if (attempt < attempts) {
       char delay[32];
-      std::snprintf(delay, sizeof delay, "%g s", options.restart_delay);
-      line += cat("; restarting in ", delay);
+      std::snprintf(delay, sizeof delay, "%g s", delay_s);
+      line +=
+          cat(unreachable_streak > 0 && !current.elastic
+                  ? cat("; waiting for host ", result.failed_host, " to come back: restarting in ")
+                  : std::string("; restarting in "),
+              delay);
     } else if (attempts > 1) {
       line += "; no restarts left";
     }
@@ -337,7 +350,7 @@ LaunchReport supervise_job(const LaunchOptions& options) {
       last_failed_host = result.failed_host;
     }
     if (attempt == attempts) break;
-    pause_for(options.restart_delay);
+    pause_for(delay_s);
     if (g_stop_signal != 0) {
       report.interrupted = true;
       report.exit_status = 128 + g_stop_signal;

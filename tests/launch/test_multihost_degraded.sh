@@ -12,6 +12,7 @@
 #     with dp 2 and train.grad_accum 3, which keeps the global batch of 12 sequences (the
 #     checkpoint resharded on load); the final parameters match the fault-free run within f32
 #     tolerance.
+#  3. The same host down for 10 s without --elastic: the restarts back off until it is back.
 # Each prints its time to detect, to recover, and the steps lost. Nothing is left behind.
 #
 #   test_multihost_degraded.sh STRATA SOURCE_DIR   (exit 77 without root or network namespaces,
@@ -121,4 +122,36 @@ for r in clean elastic; do
 done
 python3 "$src/tests/tools/close_export.py" "$work/clean.hf" "$work/elastic.hf" 1e-5 1e-3 ||
   fail "the elastic run's parameters are not those of the fault-free run"
+ip link set "sv$id-3" up  # host 3 is back for the next case
+# 3. A host down for a while, without --elastic: every process of host 3 SIGKILLed and its link
+#    down for 10 s. Each restart that finds it down waits twice as long as the one before, so
+#    the job starts again once the host is back, on all 3 hosts, and ends bitwise as the
+#    fault-free run.
+run back --max-restarts 6 --startup-timeout 60
+wait_step back 13
+at=$(step_of back)
+t0=$(date +%s.%N)
+ip link set "sv$id-3" down
+for pid in $(ip netns pids "strata-$id-h3"); do kill -9 "$pid" 2>/dev/null || true; done
+(sleep 10; ip link set "sv$id-3" up) &
+back_link=$!
+for _ in $(seq 1 1200); do grep -q "restarting in" "$work/back.log" && break; sleep 0.1; done
+t1=$(date +%s.%N)
+wait "$back_link"
+wait "$job" || { tail -40 "$work/back.log"; fail "the run with a host down for 10 s failed"; }
+t2=$(date +%s.%N)
+grep -E "strata launch: .*(exited|restarting in)" "$work/back.log" | cut -c1-220 | sed 's/^/    /'
+grep -q "waiting for host $net.13 to come back" "$work/back.log" ||
+  fail "the restarts did not wait for host 3"
+python3 - "$at" "$t0" "$t1" "$t2" "$work/back.log" <<'PY'
+import re, sys
+at, t0, t1, t2, log = int(sys.argv[1]), *map(float, sys.argv[2:5]), sys.argv[5]
+m = re.findall(r"resumed from .* at step (\d+)", open(log).read())
+assert m, "no resumed run in " + log
+print(f"host 3 down for 10 s at step {at}: detected in {t1 - t0:.1f} s; the job on all 3 hosts "
+      f"again and done {t2 - t1:.1f} s later; resumed from step {m[-1]}, {at - int(m[-1])} steps "
+      "lost, none committed")
+PY
+python3 "$src/tests/tools/same_checkpoint.py" "$work/clean" "$work/back" 30 ||
+  fail "the run resumed after the host came back differs"
 echo "multihost degraded: all checks passed"
