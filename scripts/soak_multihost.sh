@@ -128,10 +128,12 @@ leaked=$(pgrep -af "strata-$id-|$work" | grep -v pgrep || true)
 [ -z "$leaked" ] || { say "leaked processes: $leaked"; failed=1; }
 ip netns list | grep -q "strata-$id-" && { say "leaked namespaces"; failed=1; }
 ip link show "strata-br-$id" >/dev/null 2>&1 && { say "leaked bridge"; failed=1; }
-# Shared memory the job's processes make: Open MPI's (vader_segment.*, sm_segment.*) and
-# PMIx's. Other new entries belong to other programs on this machine: listed, not counted.
+# Shared memory the job's processes make: Open MPI's segments are named after their host
+# (vader_segment.HOST.*), and the hosts are the set's. Other new entries belong to other
+# programs on this machine (another mpirun's segments name this machine's host): listed, not
+# counted.
 new_shm=$(comm -13 <(echo "$shm_before") <(ls /dev/shm | sort) | tr '\n' ' ')
-ours=$(echo "$new_shm" | tr ' ' '\n' | grep -E '^(vader_segment|sm_segment|pmix|ompi)' || true)
+ours=$(echo "$new_shm" | tr ' ' '\n' | grep -F "strata-$id-h" || true)
 [ -z "$ours" ] || { say "leaked shared memory: $ours"; failed=1; }
 [ -z "$new_shm" ] || say "new in /dev/shm, from other programs: $new_shm"
 say "soak: $([ $failed -eq 0 ] && echo passed || echo FAILED) (logs in $work)"
