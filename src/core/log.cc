@@ -7,7 +7,7 @@
 namespace strata::log {
 
 namespace {
-std::mutex g_mutex;
+std::mutex g_mutex;  // guards everything below
 Level g_level = Level::info;
 int g_rank = -1;
 FILE* g_file = nullptr;
@@ -27,10 +27,15 @@ const char* level_name(Level level) {
 }
 }  // namespace
 
+// Under the lock that write() holds: the trainer sets both while other threads (the progress
+// engine, the checkpoint writer, the MLflow worker) may be writing a line (a data race found by
+// ThreadSanitizer, tests/core/test_log.cc).
 void set_level(Level level) {
+  std::lock_guard<std::mutex> lock(g_mutex);
   g_level = level;
 }
 void set_rank(int rank) {
+  std::lock_guard<std::mutex> lock(g_mutex);
   g_rank = rank;
 }
 
