@@ -42,9 +42,11 @@ uint64_t join16(const float* in) {
   return h;
 }
 // Every rank of a group timed out (their heartbeats say "comm timeout: OPERATION"). In the same
-// operation at the same step, each one waits for data the others have sent: the network between
-// their hosts (a link down or dropping packets). In different operations or steps, they issued
-// their collectives in different orders: a mismatched schedule.
+// operation at the same step, each one waits for data the others have sent: on several hosts,
+// the network between them (a link down or dropping packets). In different operations, either
+// their collectives were issued in different orders (a mismatched schedule) or, on several
+// hosts, a network fault stalled them at different points (a rank waits inside its host on a
+// peer that waits across the link), which their heartbeats cannot tell apart.
 std::string network_or_schedule(
     const std::vector<std::pair<int, std::optional<launch::Heartbeat>>>& stuck,
     const std::string& mine) {
@@ -57,18 +59,29 @@ std::string network_or_schedule(
   std::string hosts;
   for (const auto& [host, rs] : by_host)
     hosts += cat(hosts.empty() ? "" : "; ", host, ": ", nlohmann::json(rs).dump());
+  const std::string network =
+      cat("the network between their hosts (", hosts,
+          "): a link down or dropping packets (ip -s link, ethtool, the switch port)");
   if (where.size() == 1)
     return cat(
         "every rank of the group timed out in the same operation at the same step, so the "
-        "data between them is not arriving: suspect the network between their hosts (",
-        hosts, "): a link down or dropping packets (ip -s link, ethtool, the switch port)");
+        "data between them is not arriving: suspect ",
+        by_host.size() > 1 ? network : std::string("the transport between them"));
   std::string phases;
   for (const auto& [step, phase] : where)
     phases +=
         cat(phases.empty() ? "" : "; ", "step ", step, " ", phase.substr(phase.find(':') + 2));
-  return cat("every rank of the group is stuck, but not in the same operation (", phases,
-             "; this rank: ", mine.substr(mine.find(':') + 2),
-             "): a mismatched schedule, ranks issuing their collectives in different orders");
+  const std::string stuck_in =
+      cat("every rank of the group is stuck, not all in the same "
+          "operation (",
+          phases, "; this rank: ", mine.substr(mine.find(':') + 2), "): ");
+  if (by_host.size() > 1)
+    return cat(stuck_in, "suspect ", network,
+               ", which stalls ranks at different points; else a mismatched schedule (ranks "
+               "issuing their collectives in different orders)");
+  return cat(stuck_in,
+             "a mismatched schedule (ranks issuing their collectives in different orders), or a "
+             "stall in another group they wait on");
 }
 
 }  // namespace
