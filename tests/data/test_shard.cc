@@ -136,6 +136,17 @@ TEST(Shard, TokenOutsideVocab) {
   EXPECT_NO_THROW(Shard(path, 71));
 }
 
+// Found by fuzzing (tests/fuzz/shard/regress-negative-uint32-token): a uint32 token >= 2^31 read
+// back as a negative int32 and passed the `< vocab_size` check.
+TEST(Shard, Uint32TokenAbove2To31IsRefused) {
+  TempDir dir;
+  const std::string path = dir.file("neg.bin");
+  write_shard(path, ramp(10, 100000), 100000);  // version 2: uint32 tokens
+  patch(path, 1024 + 4 * 3, -1);                // token 3 = 0xffffffff
+  expect_error(path, 100000, {"byte offset 1036", "token id 4294967295", ">= vocab_size"});
+  expect_error(path, 0, {"byte offset 1036", "2^31"});  // even without a vocabulary check
+}
+
 TEST(Shard, MissingFile) {
   TempDir dir;
   try {
