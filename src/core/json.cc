@@ -12,7 +12,13 @@ nlohmann::json parse_json(std::string_view text, const std::string& source) {
            " levels; this is not a file strata wrote or reads (corrupt, or not the expected file)");
     return true;
   };
-  return nlohmann::json::parse(text, limit);
+  try {
+    return nlohmann::json::parse(text, limit);
+  } catch (const nlohmann::json::out_of_range& e) {
+    // A number too large for a double (1e999): not a parse_error, so callers that name the file
+    // for syntax errors would let it escape.
+    fail(source, ": not valid JSON: ", e.what());
+  }
 }
 
 }  // namespace strata

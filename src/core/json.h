@@ -14,8 +14,8 @@ namespace strata {
 inline constexpr int kMaxJsonDepth = 128;
 
 // nlohmann::json::parse(text), except that nesting deeper than kMaxJsonDepth throws
-// strata::Error naming `source` and the byte offset. Syntax errors throw nlohmann's parse_error
-// as before (callers name the file).
+// strata::Error naming `source`, and so does a number out of range (1e999, nlohmann's
+// out_of_range). Syntax errors throw nlohmann's parse_error as before (callers name the file).
 nlohmann::json parse_json(std::string_view text, const std::string& source);
 
 }  // namespace strata

@@ -81,7 +81,7 @@ nlohmann::json parse_header(const std::string& path, const std::string& text) {
   nlohmann::json header;
   try {
     header = nlohmann::json::parse(text, on_event);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range: 1e999
     bad(path, "bad JSON header: ", e.what());
   }
   if (!duplicate.empty()) {

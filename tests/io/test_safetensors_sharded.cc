@@ -94,7 +94,10 @@ TEST(SafetensorsSharded, ShardOutsideTheModelDirectoryIsRefused) {
     m.write_index(std::string(R"({"weight_map": {"a": ")") + shard + R"("}})");
     EXPECT_HAS(error_of([&] { ShardedSafetensors::open(m.index()); }), "beside the index");
   }
-  // A deeply nested index is an error naming it (core/json.h), not a stack overflow.
+  // A number out of range, and a deeply nested index, are errors naming it (core/json.h), not
+  // an escaped nlohmann exception or a stack overflow.
+  m.write_index(R"({"weight_map": {"a": 1e999}})");
+  EXPECT_HAS(error_of([&] { ShardedSafetensors::open(m.index()); }), m.index());
   m.write_index(R"({"weight_map": )" + std::string(100000, '[') + std::string(100000, ']') + "}");
   EXPECT_HAS(error_of([&] { ShardedSafetensors::open(m.index()); }), m.index());
 }

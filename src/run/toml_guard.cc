@@ -1,0 +1,101 @@
+#include "run/toml_guard.h"
+
+namespace strata {
+
+namespace {
+
+bool starts(std::string_view text, size_t i, std::string_view with) {
+  return text.substr(i, with.size()) == with;
+}
+
+}  // namespace
+
+std::optional<TomlHazard> find_toml_hazard(std::string_view text) {
+  enum class In { code, comment, basic, literal, ml_basic, ml_literal };
+  In in = In::code;
+  int64_t line = 1;
+  size_t line_start = 0;
+  const auto hazard = [&](size_t i, const char* what) {
+    return TomlHazard{line, static_cast<int64_t>(i - line_start) + 1, what};
+  };
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '\n') {
+      ++line;
+      line_start = i + 1;
+      if (in == In::comment || in == In::basic || in == In::literal) in = In::code;
+      continue;
+    }
+    switch (in) {
+      case In::code:
+        if (static_cast<unsigned char>(c) >= 0x80)
+          return hazard(i,
+                        "a non-ASCII character outside a string or comment (TOML allows them "
+                        "only inside quotes and after #)");
+        if (c == '#') {
+          in = In::comment;
+        } else if (starts(text, i, "\"\"\"")) {
+          in = In::ml_basic;
+          i += 2;
+        } else if (c == '"') {
+          in = In::basic;
+        } else if (starts(text, i, "'''")) {
+          in = In::ml_literal;
+          i += 2;
+        } else if (c == '\'') {
+          in = In::literal;
+        }
+        break;
+      case In::comment:
+        break;
+      case In::basic:
+        if (c == '\\')
+          ++i;  // an escape: the next character is not the closing quote
+        else if (c == '"')
+          in = In::code;
+        break;
+      case In::literal:
+        if (c == '\'') in = In::code;
+        break;
+      case In::ml_basic:
+        if (c == '\\') {
+          // A line-ending backslash: toml++ skips the whitespace and newlines after it, asking of
+          // each character whether it is whitespace.
+          size_t j = i + 1;
+          while (j < text.size() && (text[j] == ' ' || text[j] == '\t' || text[j] == '\r')) ++j;
+          if (j < text.size() && text[j] == '\n') {
+            while (j < text.size() &&
+                   (text[j] == ' ' || text[j] == '\t' || text[j] == '\r' || text[j] == '\n')) {
+              if (text[j] == '\n') {
+                ++line;
+                line_start = j + 1;
+              }
+              ++j;
+            }
+            if (j < text.size() && static_cast<unsigned char>(text[j]) >= 0x80)
+              return hazard(j,
+                            "a non-ASCII character first after a line-ending backslash in a \"\"\" "
+                            "string, which toml++ 3.3 cannot read safely; write it as \\uXXXX");
+            i = j - 1;
+          } else {
+            ++i;  // an escape
+          }
+        } else if (starts(text, i, "\"\"\"")) {
+          i += 2;
+          while (i + 1 < text.size() && text[i + 1] == '"') ++i;  // up to two quotes of content
+          in = In::code;
+        }
+        break;
+      case In::ml_literal:
+        if (starts(text, i, "'''")) {
+          i += 2;
+          while (i + 1 < text.size() && text[i + 1] == '\'') ++i;
+          in = In::code;
+        }
+        break;
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace strata
