@@ -21,6 +21,7 @@ packages=(
   libcurl4-openssl-dev        # the tracking client's HTTP(S) (src/track/http_client.cc)
   nginx-light openssl         # the MLflow-over-TLS test: nginx with TLS and basic auth in front
   iproute2 util-linux         # emulated hosts (ip netns, unshare): scripts/emulated_hosts.sh
+  clang-14 libclang-rt-14-dev libomp-14-dev  # libFuzzer targets (scripts/test_fuzz.sh, tests/fuzz)
 )
 # Reference, benchmark peer, and the transformers interop test (~165 MB download).
 packages+=(python3-torch python3-numpy python3-pip python3-venv)
