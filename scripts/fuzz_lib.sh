@@ -52,7 +52,8 @@ fuzz_figures() {
   cov=$(grep -oE 'cov: [0-9]+' "$log" | tail -n 1 | cut -d' ' -f2)
   ft=$(grep -oE 'ft: [0-9]+' "$log" | tail -n 1 | cut -d' ' -f2)
   corp=$(grep -oE 'corp: [0-9]+/[0-9a-zA-Z]+' "$log" | tail -n 1 | cut -d' ' -f2)
-  execs=$(grep -oE 'stat::number_of_executed_units: [0-9]+' "$log" | tail -n 1 | awk '{print $2}')
-  rate=$(grep -oE 'stat::average_exec_per_sec: [0-9]+' "$log" | tail -n 1 | awk '{print $2}')
+  execs=$(grep -oE 'stat::number_of_executed_units:[[:space:]]+[0-9]+' "$log" | tail -n 1 |
+          awk '{print $2}')
+  rate=$(grep -oE 'stat::average_exec_per_sec:[[:space:]]+[0-9]+' "$log" | tail -n 1 | awk '{print $2}')
   echo "${execs:-?} ${rate:-?} ${cov:-?} ${ft:-?} ${corp:-?}"
 }
