@@ -155,6 +155,9 @@ Shard& Shard::operator=(Shard&& other) noexcept {
 }
 
 void Shard::copy(int64_t begin, int64_t n, int32_t* out) const {
+  // Nothing to copy: `out` may be null (an empty vector's data()), and memcpy's pointers must not
+  // be, even for 0 bytes (UBSan, fuzz_shard on an empty version-2 shard).
+  if (n <= 0) return;
   if (version_ == 1) {
     const auto* src = reinterpret_cast<const uint16_t*>(tokens_) + begin;
     for (int64_t i = 0; i < n; ++i) out[i] = src[i];

@@ -59,27 +59,24 @@ std::optional<TomlHazard> find_toml_hazard(std::string_view text) {
         break;
       case In::ml_basic:
         if (c == '\\') {
-          // A line-ending backslash: toml++ skips the whitespace and newlines after it, asking of
-          // each character whether it is whitespace.
+          // After a backslash toml++ asks of the next character, and of every one after a run of
+          // whitespace (a line-ending backslash), whether it is whitespace: the first one that
+          // is not must be ASCII. An empty run is an ordinary escape.
           size_t j = i + 1;
-          while (j < text.size() && (text[j] == ' ' || text[j] == '\t' || text[j] == '\r')) ++j;
-          if (j < text.size() && text[j] == '\n') {
-            while (j < text.size() &&
-                   (text[j] == ' ' || text[j] == '\t' || text[j] == '\r' || text[j] == '\n')) {
-              if (text[j] == '\n') {
-                ++line;
-                line_start = j + 1;
-              }
-              ++j;
+          while (j < text.size() &&
+                 (text[j] == ' ' || text[j] == '\t' || text[j] == '\r' || text[j] == '\n')) {
+            if (text[j] == '\n') {
+              ++line;
+              line_start = j + 1;
             }
-            if (j < text.size() && static_cast<unsigned char>(text[j]) >= 0x80)
-              return hazard(j,
-                            "a non-ASCII character first after a line-ending backslash in a \"\"\" "
-                            "string, which toml++ 3.3 cannot read safely; write it as \\uXXXX");
-            i = j - 1;
-          } else {
-            ++i;  // an escape
+            ++j;
           }
+          if (j < text.size() && static_cast<unsigned char>(text[j]) >= 0x80)
+            return hazard(j,
+                          "a non-ASCII character right after a backslash (and the whitespace "
+                          "after it) in a \"\"\" string, which toml++ 3.3 cannot read safely; "
+                          "write it as \\uXXXX");
+          i = j == i + 1 ? j : j - 1;  // an escape skips its character; a run ends before j
         } else if (starts(text, i, "\"\"\"")) {
           i += 2;
           while (i + 1 < text.size() && text[i + 1] == '"') ++i;  // up to two quotes of content

@@ -58,6 +58,10 @@ TEST(Shard, EmptyShardIsValid) {
   TempDir dir;
   write_shard(dir.file("e.bin"), std::vector<int32_t>{}, 100);
   EXPECT_EQ(Shard(dir.file("e.bin"), 100).size(), 0);
+  // Version 2 copies with memcpy, which must not see the null data() of an empty vector (found by
+  // fuzzing under UBSan: tests/fuzz/shard/regress-empty-v2-copy).
+  write_shard(dir.file("e2.bin"), std::vector<int32_t>{}, 100000);
+  EXPECT_TRUE(read_shard(dir.file("e2.bin"), 100000).empty());
 }
 
 TEST(Shard, WriteRejectsOutOfVocabTokens) {

@@ -369,7 +369,9 @@ TEST(Config, NonAsciiOutsideStringsIsASyntaxErrorNotUndefinedBehaviour) {
   EXPECT_HAS(error_of("\xc2\xa1 = 1\n"), "config.toml:1:1: TOML syntax error: a non-ASCII");
   EXPECT_HAS(error_of("[run]\ndir = \"x\" \xc3\xa9\n"), "config.toml:2:11: TOML syntax error");
   EXPECT_HAS(error_of("[sample]\nprompt = \"\"\"\\\n  \xc2\xa1\"\"\"\n"),
-             "config.toml:3:3: TOML syntax error: a non-ASCII character first after a line-ending");
+             "config.toml:3:3: TOML syntax error: a non-ASCII character right after a backslash");
+  EXPECT_HAS(error_of("[sample]\nprompt = \"\"\"\\   \xc2\xa1\"\"\"\n"), "config.toml:2:17:");
+  EXPECT_HAS(error_of("[sample]\nprompt = \"\"\"\\\xc2\xa1\"\"\"\n"), "config.toml:2:14:");
   const RunConfig c = parse_config(
       "# caf\xc3\xa9\n[sample]\nprompt = \"caf\xc3\xa9 \xc2\xa1\" # \xc2\xa1\n[run]\n"
       "dir = '''\xc2\xa1\n'''\n",
