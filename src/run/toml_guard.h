@@ -2,10 +2,11 @@
 // is_non_ascii_horizontal_whitespace, reaches __builtin_unreachable() for most non-ASCII
 // characters (U+00A1 '¡', 'é' as the first character of a line, ...), which is undefined behaviour
 // in a release build (found by fuzzing, tests/fuzz/config/regress-toml-unreachable). The parser
-// asks that question only outside strings and comments, and right after the line-ending
-// backslash of a """ string. TOML allows non-ASCII characters only inside strings and comments,
-// so a text with one anywhere else is invalid anyway: the guard finds it first and the caller
-// reports it as the syntax error it is, without handing the text to toml++.
+// asks that question only outside strings and comments, and after a backslash in a """ string
+// (of the next character, or of the first one after the whitespace of a line-ending backslash).
+// TOML allows non-ASCII characters only inside strings and comments, so a text with one anywhere
+// else is invalid anyway: the guard finds it first and the caller reports it as the syntax error it
+// is, without handing the text to toml++.
 #pragma once
 #include <cstdint>
 #include <optional>
