@@ -69,16 +69,40 @@ nlohmann::json slice_to_json(const SliceEntry& e) {
           {io::checksum_name(e.checksum_algorithm), io::hex64(e.checksum)}};
 }
 
+namespace {
+
+// Integers are checked to be integers: nlohmann's get<int64_t> of a float (1e308) is an
+// out-of-range cast, undefined behaviour (found by fuzz_checkpoint_index under UBSan).
+int64_t integer_field(const nlohmann::json& j, const char* key) {
+  const nlohmann::json& v = j.at(key);
+  STRATA_CHECK(v.is_number_integer(), "'", key, "' is ", v.dump(), ", not an integer");
+  return v.get<int64_t>();
+}
+
+std::vector<int64_t> shape_field(const nlohmann::json& j, const char* key) {
+  const nlohmann::json& v = j.at(key);
+  STRATA_CHECK(v.is_array(), "'", key, "' is ", v.dump(), ", not a list of integers");
+  std::vector<int64_t> shape;
+  for (const nlohmann::json& d : v) {
+    STRATA_CHECK(d.is_number_integer(), "'", key, "' is ", v.dump(), ", not a list of integers");
+    shape.push_back(d.get<int64_t>());
+  }
+  return shape;
+}
+
+}  // namespace
+
 SliceEntry slice_from_json(const nlohmann::json& j) {
   SliceEntry e;
+  int64_t slice_dim = 0;
   try {
     e.tensor = j.at("tensor").get<std::string>();
-    e.global_shape = j.at("global_shape").get<std::vector<int64_t>>();
-    e.block_shape = j.at("block_shape").get<std::vector<int64_t>>();
-    e.slice_dim = j.at("slice_dim").get<int>();
-    e.slice_begin = j.at("slice_begin").get<int64_t>();
-    e.begin = j.at("begin").get<int64_t>();
-    e.count = j.at("count").get<int64_t>();
+    e.global_shape = shape_field(j, "global_shape");
+    e.block_shape = shape_field(j, "block_shape");
+    slice_dim = integer_field(j, "slice_dim");
+    e.slice_begin = integer_field(j, "slice_begin");
+    e.begin = integer_field(j, "begin");
+    e.count = integer_field(j, "count");
     e.file = j.at("file").get<std::string>();
     e.key = j.at("key").get<std::string>();
     const io::RecordedChecksum sum = io::recorded_checksum(j);
@@ -91,8 +115,9 @@ SliceEntry slice_from_json(const nlohmann::json& j) {
   // a block of the global tensor cut along at most one dimension, a range inside the block, and a
   // file beside the index.
   const auto ndim = static_cast<int64_t>(e.block_shape.size());
-  bool ok = ndim == static_cast<int64_t>(e.global_shape.size()) && e.slice_dim >= -1 &&
-            e.slice_dim < ndim && e.begin >= 0 && e.count >= 0;
+  bool ok = ndim == static_cast<int64_t>(e.global_shape.size()) && slice_dim >= -1 &&
+            slice_dim < ndim && e.begin >= 0 && e.count >= 0;
+  e.slice_dim = ok ? static_cast<int>(slice_dim) : -1;
   int64_t block = 1, global = 1;
   for (int64_t k = 0; ok && k < ndim; ++k) {
     const int64_t b = e.block_shape[k], g = e.global_shape[k];

@@ -64,7 +64,11 @@ TEST(CheckpointParse, InconsistentSliceEntries) {
         with("slice_begin", -4), with("block_shape", {4, 5}), with("block_shape", {-4, -4}),
         with("global_shape", {INT64_MAX, INT64_MAX}), with("block_shape", {4}),
         with("file", "../rank_00001.safetensors"), with("file", "/etc/passwd"), with("file", ""),
-        with("count", "16"), with("tensor", nullptr)})
+        with("count", "16"), with("tensor", nullptr),
+        // Found by fuzz_checkpoint_index (regress-float-count): a float became an integer
+        // through an out-of-range cast; a slice_dim of 2^32 - 1 was truncated to -1.
+        with("count", 1e308), with("begin", 0.5), with("block_shape", {4.0, 4}),
+        with("slice_dim", 4294967295LL)})
     EXPECT_HAS(index_error(s), "checkpoint index");
 }
 
