@@ -433,6 +433,13 @@ TEST(HfImport, UnsupportedConfigsNameTheKey) {
       "transformer.h.0.mlp.c_fc.weight' has shape [32, 128]");
   expect_import_error(
       "missing", "gpt2", true, [](auto& j) { j.erase("n_embd"); }, "missing key \"n_embd\"");
+  // Found by fuzz_hf_config (regress-rope-type-not-string): an nlohmann type_error escaped.
+  expect_import_error(
+      "rope_type", "llama", false,
+      [](auto& j) {
+        j["rope_scaling"] = {{"rope_type", 4.0}};
+      },
+      "\"rope_type\" must be a string, found 4.0");
   // Sizes from config.json are checked against the file before anything is allocated (the
   // parameters of these would need terabytes).
   expect_import_error(
