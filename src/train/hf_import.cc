@@ -165,10 +165,18 @@ ImportReport import_model(const std::string& hf_dir, const std::string& out_dir)
   // Every size below comes from config.json: check it against the file before allocating (a
   // config that names more or larger tensors than the file holds fails here, not in the arena).
   check_import_size(model, st.names().size(), where);
+  // Each rule's tensor, present with its dtype and shape, before anything is allocated.
   const std::vector<Rule> model_rules = rules(model);
+  std::vector<std::string> names;  // the tensor of each rule
   for (const Rule& r : model_rules) {
-    const std::string name = locate(st, r.hf);
-    if (!name.empty()) checked_info(st, name, r.hf_shape, hf_dir);  // a missing one: below
+    names.push_back(locate(st, r.hf));
+    STRATA_CHECK(!names.back().empty(), hf_dir, ": the model has no tensor '", r.hf, "' (strata's ",
+                 r.strata, ")",
+                 r.hf == "lm_head.weight"
+                     ? "; config.json says \"tie_word_embeddings\" = false: set it to true if "
+                       "the head shares the embedding"
+                     : "");
+    checked_info(st, names.back(), r.hf_shape, hf_dir);
   }
 
   Arena arena;
@@ -179,14 +187,9 @@ ImportReport import_model(const std::string& hf_dir, const std::string& out_dir)
   std::set<std::string> used;
   std::string cached_name;  // c_attn is read once for q, k and v
   std::vector<float> cached;
-  for (const Rule& r : model_rules) {
-    const std::string name = locate(st, r.hf);
-    STRATA_CHECK(!name.empty(), hf_dir, ": the model has no tensor '", r.hf, "' (strata's ",
-                 r.strata, ")",
-                 r.hf == "lm_head.weight"
-                     ? "; config.json says \"tie_word_embeddings\" = false: set it to true if "
-                       "the head shares the embedding"
-                     : "");
+  for (size_t i = 0; i < model_rules.size(); ++i) {
+    const Rule& r = model_rules[i];
+    const std::string& name = names[i];
     if (name != cached_name) {
       cached = read_f32(st, name, r.hf_shape, hf_dir);
       cached_name = name;
