@@ -14,7 +14,7 @@ packages=(
   libsimdjson-dev zlib1g-dev libzstd-dev zstd  # corpus readers: JSON Lines, gzip, zstd
   libutf8proc-dev libpcre2-dev             # HF tokenizer.json: NFC; split patterns without a matcher
   qemu-user-static                         # the kernel suite on an emulated AVX2-only CPU
-  clang-14 libclang-rt-14-dev libomp-14-dev  # the ThreadSanitizer build (scripts/test_tsan.sh)
+  clang-14 libclang-rt-14-dev libomp-14-dev  # TSan build and libFuzzer targets (test_tsan.sh, test_fuzz.sh)
   openmpi-bin libopenmpi-dev libpmix-dev   # the CPU communication engine (PMIx for srun)
   slurm-wlm munge                          # single-node SLURM for the launcher tests
   bible-kjv                   # the default English corpus (King James Bible text)

@@ -92,16 +92,31 @@ Shard::Shard(const std::string& path, int64_t vocab_size) : path_(path) {
                                        : " (extra data from byte offset ",
                  std::min(file_bytes, expected), "); re-run the prepare step");
     tokens_ = static_cast<const unsigned char*>(map_) + kShardHeaderBytes;
-    if (vocab_size > 0) {
+    // A uint32 token >= 2^31 reads back negative through operator[] (int32) and would pass a
+    // `< vocab_size` check; no vocabulary has that many ids (write_shard: vocab_size <= 2^31), so
+    // such tokens are refused even when the caller skips the vocabulary check.
+    constexpr int64_t kMaxVocab = int64_t{1} << 31;
+    const int64_t limit = vocab_size > 0  ? std::min(vocab_size, kMaxVocab)
+                          : version_ == 2 ? kMaxVocab
+                                          : 0;
+    if (limit > 0) {
+      const auto token_at = [this](int64_t i) -> int64_t {
+        return version_ == 1 ? reinterpret_cast<const uint16_t*>(tokens_)[i]
+                             : reinterpret_cast<const uint32_t*>(tokens_)[i];
+      };
       // Find the largest token in parallel; only on failure look for the first bad one.
       int64_t max_token = 0;
 #pragma omp parallel for reduction(max : max_token)
-      for (int64_t i = 0; i < count_; ++i) max_token = std::max<int64_t>(max_token, (*this)[i]);
-      if (max_token >= vocab_size) {
+      for (int64_t i = 0; i < count_; ++i) max_token = std::max<int64_t>(max_token, token_at(i));
+      if (max_token >= limit) {
         int64_t i = 0;
-        while ((*this)[i] < vocab_size) ++i;
+        while (token_at(i) < limit) ++i;
+        if (vocab_size <= 0 || vocab_size > kMaxVocab)
+          fail(path, ": byte offset ", kShardHeaderBytes + i * width, " (token ", i, "): token id ",
+               token_at(i), " is >= 2^31, more than any vocabulary; the shard is corrupt: re-run ",
+               "the prepare step");
         fail(path, ": byte offset ", kShardHeaderBytes + i * width, " (token ", i, "): token id ",
-             (*this)[i], " is >= vocab_size ", vocab_size,
+             token_at(i), " is >= vocab_size ", vocab_size,
              "; the shard was made with a larger tokenizer: re-run the prepare step, or set ",
              "model.vocab_size to at least ", max_token + 1);
       }
@@ -140,6 +155,9 @@ Shard& Shard::operator=(Shard&& other) noexcept {
 }
 
 void Shard::copy(int64_t begin, int64_t n, int32_t* out) const {
+  // Nothing to copy: `out` may be null (an empty vector's data()), and memcpy's pointers must not
+  // be, even for 0 bytes (UBSan, fuzz_shard on an empty version-2 shard).
+  if (n <= 0) return;
   if (version_ == 1) {
     const auto* src = reinterpret_cast<const uint16_t*>(tokens_) + begin;
     for (int64_t i = 0; i < n; ++i) out[i] = src[i];

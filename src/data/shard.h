@@ -29,7 +29,8 @@ inline void write_shard(const std::string& path, const std::vector<int32_t>& tok
 }
 
 // A read-only, memory-mapped shard, validated when opened: magic, version, file size against
-// the header's count, and every token < vocab_size (skipped when vocab_size <= 0). A problem
+// the header's count, and every token < vocab_size (when vocab_size <= 0: only < 2^31, so that
+// operator[] never returns a negative id). A problem
 // throws strata::Error naming the file, the byte offset, the value and what to do.
 class Shard {
  public:

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json.h"
 #include "data/file_util.h"
 #include "data/tokenizer.h"
 #include "data/unicode.h"
@@ -173,122 +174,135 @@ void Tokenizer::save(const std::string& path) const {
 Tokenizer Tokenizer::load(const std::string& path, const std::string& separator) {
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(read_file(path));
+    j = parse_json(read_file(path), path);
   } catch (const nlohmann::json::exception& e) {
     fail(path, ": not valid JSON (", e.what(), "); expected a Hugging Face tokenizer.json");
   }
-  STRATA_CHECK(j.is_object() && j.contains("model") && j["model"].is_object(), path,
-               ": no \"model\" object; expected a Hugging Face tokenizer.json");
-  const nlohmann::json& model = j["model"];
-  check_model(model, path);
-  Pipeline pipeline;
-  const nlohmann::json normalizer = j.value("normalizer", nlohmann::json());
-  pipeline.normalizer = parse_normalizer(normalizer, path);
-  pipeline.normalizer_json = normalizer.dump();
-  const nlohmann::json pre_tokenizer = j.value("pre_tokenizer", nlohmann::json());
-  pipeline.pre_tokenizer = parse_pre_tokenizer(pre_tokenizer, path);
-  pipeline.pre_tokenizer_json = pre_tokenizer.dump();
-  pipeline.ignore_merges = model.value("ignore_merges", false);
-  check_decoder(j, path);
-  STRATA_CHECK(model.contains("vocab") && model["vocab"].is_object(), path,
-               ": model.vocab is missing or not an object");
-  STRATA_CHECK(model.contains("merges") && model["merges"].is_array(), path,
-               ": model.merges is missing or not an array");
+  // Values of the wrong JSON type that the checks below do not name (a "type" that is a number,
+  // a flag that is a string) surface as nlohmann's type_error: one strata error naming the file.
+  try {
+    STRATA_CHECK(j.is_object() && j.contains("model") && j["model"].is_object(), path,
+                 ": no \"model\" object; expected a Hugging Face tokenizer.json");
+    const nlohmann::json& model = j["model"];
+    check_model(model, path);
+    Pipeline pipeline;
+    const nlohmann::json normalizer = j.value("normalizer", nlohmann::json());
+    pipeline.normalizer = parse_normalizer(normalizer, path);
+    pipeline.normalizer_json = normalizer.dump();
+    const nlohmann::json pre_tokenizer = j.value("pre_tokenizer", nlohmann::json());
+    pipeline.pre_tokenizer = parse_pre_tokenizer(pre_tokenizer, path);
+    pipeline.pre_tokenizer_json = pre_tokenizer.dump();
+    pipeline.ignore_merges = model.value("ignore_merges", false);
+    check_decoder(j, path);
+    STRATA_CHECK(model.contains("vocab") && model["vocab"].is_object(), path,
+                 ": model.vocab is missing or not an object");
+    STRATA_CHECK(model.contains("merges") && model["merges"].is_array(), path,
+                 ": model.merges is missing or not an array");
 
-  // model.vocab: ids 0..n-1. Added tokens listed there keep its id (as `tokenizers` does) and
-  // their literal spelling; the others follow it, numbered as `tokenizers` numbers them.
-  const auto& vocab = model["vocab"];
-  const auto n_vocab = static_cast<int64_t>(vocab.size());
-  std::unordered_map<std::string, int32_t> id_of;  // model.vocab's keys
-  std::vector<std::string> spelled(n_vocab);
-  for (const auto& [s, id_json] : vocab.items()) {
-    const int64_t id = id_json.get<int64_t>();
-    STRATA_CHECK(id >= 0 && id < n_vocab && spelled[id].empty() && !s.empty(), path, ": token \"",
-                 s, "\" has id ", id, ", which is repeated or outside [0, ", n_vocab,
-                 "); model.vocab must number its tokens 0..", n_vocab - 1);
-    spelled[id] = s;
-    id_of[s] = static_cast<int32_t>(id);
-  }
-  int64_t next_id = n_vocab;  // the id `tokenizers` gives the next token not in model.vocab
-  std::vector<bool> is_added(n_vocab, false);
-  std::vector<std::string> tokens(n_vocab);
-  if (j.contains("added_tokens") && j["added_tokens"].is_array()) {
-    for (const auto& t : j["added_tokens"]) {
-      AddedToken a;
-      a.content = t.at("content").get<std::string>();
-      a.special = t.value("special", false);
-      a.lstrip = t.value("lstrip", false);
-      a.rstrip = t.value("rstrip", false);
-      a.single_word = t.value("single_word", false);
-      a.normalized = t.value("normalized", !a.special);
-      const int64_t file_id = t.at("id").get<int64_t>();
-      if (a.content.empty()) continue;  // `tokenizers` ignores it too
-      bool repeated = false;
-      for (const AddedToken& b : pipeline.added_tokens) repeated |= b.content == a.content;
-      if (repeated) continue;
-      const auto in_vocab = id_of.find(a.content);
-      a.in_model_vocab = in_vocab != id_of.end();
-      a.id = a.in_model_vocab ? in_vocab->second : static_cast<int32_t>(next_id);
-      // `tokenizers` ignores the file's id and warns; a tokenizer whose ids differ from the
-      // file's would train a model on other ids than the file's users expect.
-      STRATA_CHECK(file_id == a.id, path, ": added token \"", a.content, "\" has id ", file_id,
-                   " but `tokenizers` gives it id ", a.id,
-                   " (its model.vocab id, or the next id after model.vocab and the added tokens "
-                   "before it)");
-      if (!a.in_model_vocab) {
-        ++next_id;
-        tokens.push_back(a.content);
-        is_added.push_back(true);
-      } else {
-        tokens[a.id] = a.content;
-        is_added[a.id] = true;
-      }
-      pipeline.added_tokens.push_back(std::move(a));
+    // model.vocab: ids 0..n-1. Added tokens listed there keep its id (as `tokenizers` does) and
+    // their literal spelling; the others follow it, numbered as `tokenizers` numbers them.
+    const auto& vocab = model["vocab"];
+    const auto n_vocab = static_cast<int64_t>(vocab.size());
+    std::unordered_map<std::string, int32_t> id_of;  // model.vocab's keys
+    std::vector<std::string> spelled(n_vocab);
+    for (const auto& [s, id_json] : vocab.items()) {
+      STRATA_CHECK(id_json.is_number_integer(), path, ": token \"", s, "\" has id ", id_json.dump(),
+                   "; model.vocab maps each token to an integer id");
+      const int64_t id = id_json.get<int64_t>();
+      STRATA_CHECK(id >= 0 && id < n_vocab && spelled[id].empty() && !s.empty(), path, ": token \"",
+                   s, "\" has id ", id, ", which is repeated or outside [0, ", n_vocab,
+                   "); model.vocab must number its tokens 0..", n_vocab - 1);
+      spelled[id] = s;
+      id_of[s] = static_cast<int32_t>(id);
     }
-  }
-  for (int64_t id = 0; id < n_vocab; ++id) {
-    if (is_added[id]) continue;
-    STRATA_CHECK(from_byte_level(spelled[id], &tokens[id]), path, ": token \"", spelled[id],
-                 "\" (id ", id, ") is not byte-level text; is this a byte-level BPE tokenizer?");
-  }
+    int64_t next_id = n_vocab;  // the id `tokenizers` gives the next token not in model.vocab
+    std::vector<bool> is_added(n_vocab, false);
+    std::vector<std::string> tokens(n_vocab);
+    if (j.contains("added_tokens") && j["added_tokens"].is_array()) {
+      for (const auto& t : j["added_tokens"]) {
+        STRATA_CHECK(t.is_object() && t.contains("content") && t["content"].is_string() &&
+                         t.contains("id") && t["id"].is_number_integer(),
+                     path, ": added token ", t.dump(),
+                     " is not an object with a string \"content\" and an integer \"id\"");
+        AddedToken a;
+        a.content = t.at("content").get<std::string>();
+        a.special = t.value("special", false);
+        a.lstrip = t.value("lstrip", false);
+        a.rstrip = t.value("rstrip", false);
+        a.single_word = t.value("single_word", false);
+        a.normalized = t.value("normalized", !a.special);
+        const int64_t file_id = t.at("id").get<int64_t>();
+        if (a.content.empty()) continue;  // `tokenizers` ignores it too
+        bool repeated = false;
+        for (const AddedToken& b : pipeline.added_tokens) repeated |= b.content == a.content;
+        if (repeated) continue;
+        const auto in_vocab = id_of.find(a.content);
+        a.in_model_vocab = in_vocab != id_of.end();
+        a.id = a.in_model_vocab ? in_vocab->second : static_cast<int32_t>(next_id);
+        // `tokenizers` ignores the file's id and warns; a tokenizer whose ids differ from the
+        // file's would train a model on other ids than the file's users expect.
+        STRATA_CHECK(file_id == a.id, path, ": added token \"", a.content, "\" has id ", file_id,
+                     " but `tokenizers` gives it id ", a.id,
+                     " (its model.vocab id, or the next id after model.vocab and the added tokens "
+                     "before it)");
+        if (!a.in_model_vocab) {
+          ++next_id;
+          tokens.push_back(a.content);
+          is_added.push_back(true);
+        } else {
+          tokens[a.id] = a.content;
+          is_added[a.id] = true;
+        }
+        pipeline.added_tokens.push_back(std::move(a));
+      }
+    }
+    for (int64_t id = 0; id < n_vocab; ++id) {
+      if (is_added[id]) continue;
+      STRATA_CHECK(from_byte_level(spelled[id], &tokens[id]), path, ": token \"", spelled[id],
+                   "\" (id ", id, ") is not byte-level text; is this a byte-level BPE tokenizer?");
+    }
 
-  const auto& merge_json = model["merges"];
-  std::vector<std::pair<int32_t, int32_t>> merges;
-  merges.reserve(merge_json.size());
-  for (size_t i = 0; i < merge_json.size(); ++i) {
-    const auto [left, right] = merge_parts(merge_json[i], path, i);
-    const auto a = id_of.find(left), b = id_of.find(right);
-    STRATA_CHECK(a != id_of.end() && b != id_of.end(), path, ": merge ", i, " (\"", left, "\", \"",
-                 right, "\") names a token that is not in model.vocab");
-    merges.emplace_back(a->second, b->second);
-  }
+    const auto& merge_json = model["merges"];
+    std::vector<std::pair<int32_t, int32_t>> merges;
+    merges.reserve(merge_json.size());
+    for (size_t i = 0; i < merge_json.size(); ++i) {
+      const auto [left, right] = merge_parts(merge_json[i], path, i);
+      const auto a = id_of.find(left), b = id_of.find(right);
+      STRATA_CHECK(a != id_of.end() && b != id_of.end(), path, ": merge ", i, " (\"", left,
+                   "\", \"", right, "\") names a token that is not in model.vocab");
+      merges.emplace_back(a->second, b->second);
+    }
 
-  // The document separator: named, or the first of the usual names the file has.
-  int32_t eot = -1;
-  const auto find = [&](const std::string& name) {
-    for (const AddedToken& t : pipeline.added_tokens)
-      if (t.content == name) return t.id;
-    const auto it = id_of.find(name);
-    return it == id_of.end() ? -1 : it->second;
-  };
-  if (!separator.empty()) {
-    eot = find(separator);
-    STRATA_CHECK(eot >= 0, path, ": no token \"", separator,
-                 "\" to separate documents with (the separator named); name one of its "
-                 "added_tokens or model.vocab tokens");
-  } else {
-    for (const char* name : {kEndOfText, "<|end_of_text|>", "</s>"})
-      if (eot < 0) eot = find(name);
-    STRATA_CHECK(eot >= 0, path, ": none of <|endoftext|>, <|end_of_text|>, </s> is a token; ",
-                 "strata separates documents with one, so name the token to use (the separator ",
-                 "argument of Tokenizer::load, e.g. \"<|eot_id|>\")");
-  }
+    // The document separator: named, or the first of the usual names the file has.
+    int32_t eot = -1;
+    const auto find = [&](const std::string& name) {
+      for (const AddedToken& t : pipeline.added_tokens)
+        if (t.content == name) return t.id;
+      const auto it = id_of.find(name);
+      return it == id_of.end() ? -1 : it->second;
+    };
+    if (!separator.empty()) {
+      eot = find(separator);
+      STRATA_CHECK(eot >= 0, path, ": no token \"", separator,
+                   "\" to separate documents with (the separator named); name one of its "
+                   "added_tokens or model.vocab tokens");
+    } else {
+      for (const char* name : {kEndOfText, "<|end_of_text|>", "</s>"})
+        if (eot < 0) eot = find(name);
+      STRATA_CHECK(eot >= 0, path, ": none of <|endoftext|>, <|end_of_text|>, </s> is a token; ",
+                   "strata separates documents with one, so name the token to use (the separator ",
+                   "argument of Tokenizer::load, e.g. \"<|eot_id|>\")");
+    }
 
-  // strata's own pipeline keeps invalid bytes (tokenizer.h); the rest replace them.
-  const bool own = pipeline.normalizer == Normalizer::none &&
-                   pipeline.pre_tokenizer.single_pattern() == SplitPattern::gpt2;
-  pipeline.invalid_utf8 = own ? InvalidUtf8::keep_bytes : InvalidUtf8::replace;
-  return Tokenizer(std::move(tokens), std::move(merges), eot, path, std::move(pipeline));
+    // strata's own pipeline keeps invalid bytes (tokenizer.h); the rest replace them.
+    const bool own = pipeline.normalizer == Normalizer::none &&
+                     pipeline.pre_tokenizer.single_pattern() == SplitPattern::gpt2;
+    pipeline.invalid_utf8 = own ? InvalidUtf8::keep_bytes : InvalidUtf8::replace;
+    return Tokenizer(std::move(tokens), std::move(merges), eot, path, std::move(pipeline));
+  } catch (const nlohmann::json::exception& e) {
+    fail(path, ": malformed tokenizer.json (", e.what(),
+         "); expected a Hugging Face tokenizer.json");
+  }
 }
 
 }  // namespace strata::data

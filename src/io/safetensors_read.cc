@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "core/error.h"
+#include "core/json.h"
 #include "io/safetensors.h"
 
 namespace strata::io {
@@ -58,8 +59,12 @@ nlohmann::json parse_header(const std::string& path, const std::string& text) {
   std::vector<std::set<std::string>> open_objects;
   std::string duplicate;
   bool duplicate_is_tensor = false;
-  auto on_event = [&](int, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+  auto on_event = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
     using E = nlohmann::json::parse_event_t;
+    // A header nests 3 levels; deep nesting would overflow the stack when copied or printed
+    // (core/json.h).
+    if ((event == E::object_start || event == E::array_start) && depth >= kMaxJsonDepth)
+      bad(path, "the JSON header nests deeper than ", kMaxJsonDepth, " levels: corrupt");
     if (event == E::object_start) {
       open_objects.emplace_back();
     } else if (event == E::object_end) {
@@ -76,7 +81,7 @@ nlohmann::json parse_header(const std::string& path, const std::string& text) {
   nlohmann::json header;
   try {
     header = nlohmann::json::parse(text, on_event);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range: 1e999
     bad(path, "bad JSON header: ", e.what());
   }
   if (!duplicate.empty()) {

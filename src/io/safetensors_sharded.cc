@@ -2,6 +2,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json.h"
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
 
@@ -44,7 +45,7 @@ ShardedSafetensors ShardedSafetensors::open(const std::string& path) {
 
   nlohmann::json index;
   try {
-    index = nlohmann::json::parse(read_file(path));
+    index = parse_json(read_file(path), path);
   } catch (const nlohmann::json::parse_error& e) {
     fail("safetensors index '", path, "': bad JSON: ", e.what());
   }
@@ -58,6 +59,11 @@ ShardedSafetensors ShardedSafetensors::open(const std::string& path) {
       fail("safetensors index '", path, "': weight_map['", name, "'] is a ", file.type_name(),
            ", not a file name");
     const std::string shard = file.get<std::string>();
+    // Hugging Face writes shards beside the index; a name with a directory part ("../x",
+    // "/etc/...") would make strata open files outside the model directory.
+    if (shard.empty() || shard == "." || shard == ".." || shard.find('/') != std::string::npos)
+      fail("safetensors index '", path, "': weight_map['", name, "'] = \"", shard,
+           "\" is not a file name in the index's directory; shards must sit beside the index");
     auto [it, inserted] = shard_ids.emplace(shard, model.shards_.size());
     if (inserted) model.shards_.push_back(open_shard((base / shard).string(), path));
     const SafetensorsFile& f = model.shards_[it->second];

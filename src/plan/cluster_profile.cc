@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "run/toml_guard.h"
 
 namespace strata {
 
@@ -139,6 +140,9 @@ class Section {
 };
 
 toml::table parse_toml(const std::string& text, const std::string& source) {
+  if (const auto hazard = find_toml_hazard(text))  // run/toml_guard.h
+    fail(source, ":", hazard->line, ":", hazard->column,
+         ": TOML syntax error: ", hazard->description);
   try {
     return toml::parse(std::string_view(text), std::string_view(source));
   } catch (const toml::parse_error& e) {

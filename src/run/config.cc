@@ -20,6 +20,7 @@
 #include "core/enum_names.h"
 #include "core/error.h"
 #include "run/config_validate.h"
+#include "run/toml_guard.h"
 
 namespace strata {
 
@@ -496,15 +497,20 @@ void apply_override(Reader& reader, const std::string& text) {
 
   toml::table parsed;
   bool is_toml = false;
-  try {
-    const std::string doc = "v = " + value + "\n";
-    parsed = toml::parse(std::string_view(doc), std::string_view("override"));
-    is_toml = parsed.size() == 1 && parsed.contains("v");
-  } catch (const toml::parse_error& e) {
-    // Something that starts like an array, table or quoted string was meant as TOML; taking it
-    // as a literal string would hide the typo.
-    if (!value.empty() && std::string("[{\"'").find(value[0]) != std::string::npos)
-      fail(where, ": the value is not valid TOML: ", e.description());
+  // Something that starts like an array, table or quoted string was meant as TOML; taking it as
+  // a literal string would hide the typo.
+  const bool meant_as_toml =
+      !value.empty() && std::string("[{\"'").find(value[0]) != std::string::npos;
+  const std::string doc = "v = " + value + "\n";
+  if (const auto hazard = find_toml_hazard(doc)) {  // run/toml_guard.h: not valid TOML
+    if (meant_as_toml) fail(where, ": the value is not valid TOML: ", hazard->description);
+  } else {
+    try {
+      parsed = toml::parse(std::string_view(doc), std::string_view("override"));
+      is_toml = parsed.size() == 1 && parsed.contains("v");
+    } catch (const toml::parse_error& e) {
+      if (meant_as_toml) fail(where, ": the value is not valid TOML: ", e.description());
+    }
   }
   if (is_toml && !(string_field && !parsed["v"].is_string() && !parsed["v"].is_array())) {
     reader.assign(key, *parsed.get("v"), where);
@@ -617,6 +623,9 @@ RunConfig parse_config(const std::string& toml_text, const std::string& source,
 RunConfig parse_config(const std::string& toml_text, const std::string& source,
                        const std::vector<std::string>& overrides,
                        std::vector<std::string>* engine_limits) {
+  if (const auto hazard = find_toml_hazard(toml_text))  // run/toml_guard.h
+    fail(source, ":", hazard->line, ":", hazard->column,
+         ": TOML syntax error: ", hazard->description);
   toml::table root;
   try {
     root = toml::parse(std::string_view(toml_text), std::string_view(source));

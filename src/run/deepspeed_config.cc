@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/json.h"
 
 namespace strata {
 
@@ -657,7 +658,7 @@ DeepSpeedConfig read_deepspeed(const std::string& path) {
   text << in.rdbuf();
   json ds;
   try {
-    ds = json::parse(text.str());
+    ds = parse_json(text.str(), path);
   } catch (const json::parse_error& e) {
     fail(path, ": JSON syntax error: ", e.what());
   }

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <vector>
 
+#include "core/json.h"
 #include "core/log.h"
 #include "io/atomic_file.h"
 
@@ -118,11 +119,10 @@ std::vector<std::string> committed_checkpoints(const std::string& ckpt_root) {
   return committed;
 }
 
-std::vector<SliceEntry> read_checkpoint_index(const std::string& dir) {
-  const std::string path = (fs::path(dir) / "index.json").string();
+std::vector<SliceEntry> parse_checkpoint_index(const std::string& text, const std::string& path) {
   std::vector<SliceEntry> entries;
   try {
-    const nlohmann::json j = nlohmann::json::parse(io::read_file(path));
+    const nlohmann::json j = parse_json(text, path);
     const std::string format = j.value("format", "");
     STRATA_CHECK(format == kFormat || format == kFormatV2, "'", path, "' is not a ", kFormat,
                  " or ", kFormatV2, " index (format '", format, "')");
@@ -131,6 +131,17 @@ std::vector<SliceEntry> read_checkpoint_index(const std::string& dir) {
     throw CheckpointCorrupt(path, cat("checkpoint index '", path, "' is unreadable: ", e.what()));
   }
   return entries;
+}
+
+std::vector<SliceEntry> read_checkpoint_index(const std::string& dir) {
+  const std::string path = (fs::path(dir) / "index.json").string();
+  std::string text;
+  try {
+    text = io::read_file(path);
+  } catch (const std::exception& e) {
+    throw CheckpointCorrupt(path, cat("checkpoint index '", path, "' is unreadable: ", e.what()));
+  }
+  return parse_checkpoint_index(text, path);
 }
 
 std::optional<std::string> latest_checkpoint(const std::string& ckpt_root) {
@@ -156,20 +167,41 @@ std::string resolve_checkpoint(const std::string& path) {
        "with a 'latest' file, or a run directory (e.g. runs/tiny/ckpt/latest)");
 }
 
-CheckpointState read_checkpoint_state(const std::string& dir) {
-  const std::string path = (fs::path(dir) / "state.json").string();
+CheckpointState parse_checkpoint_state(const std::string& text, const std::string& path) {
+  // A damaged state.json is CheckpointCorrupt, like a damaged index or slice file, so that a
+  // resume falls back to an older checkpoint (Trainer::restore).
+  const auto corrupt = [&](const std::string& why) {
+    throw CheckpointCorrupt(path, cat("checkpoint state '", path, "' ", why,
+                                      "; the file is damaged (resume falls back to an older "
+                                      "checkpoint, or set run.resume = \"none\")"));
+  };
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(io::read_file(path));
+    j = parse_json(text, path);
   } catch (const nlohmann::json::exception& e) {
-    fail("checkpoint state '", path, "' is not valid JSON (", e.what(), ")");
+    corrupt(cat("is not valid JSON (", e.what(), ")"));
+  } catch (const Error& e) {
+    corrupt(cat("is unreadable: ", e.what()));
   }
+  // Checked here, so that no nlohmann type_error escapes from a field of the wrong type.
+  if (!j.is_object()) corrupt(cat("is a JSON ", j.type_name(), ", not an object"));
+  const auto step = j.find("step");
+  if (step == j.end() || !step->is_number_integer() || step->get<int64_t>() < 0)
+    corrupt(cat("has \"step\" = ", step == j.end() ? "(missing)" : step->dump(),
+                ", not a step count >= 0"));
+  const auto config = j.find("config");
+  if (config == j.end() || !config->is_object()) corrupt(cat("has no \"config\" object"));
   CheckpointState s;
-  s.step = j.at("step").get<int64_t>();
-  s.config = j.at("config");
+  s.step = step->get<int64_t>();
+  s.config = *config;
   s.data = j.value("data", nlohmann::json::object());
   s.extra = j.value("extra", nlohmann::json::object());
   return s;
+}
+
+CheckpointState read_checkpoint_state(const std::string& dir) {
+  const std::string path = (fs::path(dir) / "state.json").string();
+  return parse_checkpoint_state(io::read_file(path), path);
 }
 
 void load_checkpoint_tensors(const std::string& dir, const ParamStore& params, float* param_data,

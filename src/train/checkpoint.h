@@ -55,6 +55,8 @@ std::vector<std::string> committed_checkpoints(const std::string& ckpt_root);
 
 // The slices index.json lists; throws CheckpointCorrupt when it is missing or malformed.
 std::vector<SliceEntry> read_checkpoint_index(const std::string& dir);
+// The same for index.json's text; `path` names it in messages.
+std::vector<SliceEntry> parse_checkpoint_index(const std::string& text, const std::string& path);
 
 // The directory `latest` names under ckpt_root, or nullopt when there is none.
 std::optional<std::string> latest_checkpoint(const std::string& ckpt_root);
@@ -62,6 +64,8 @@ std::optional<std::string> latest_checkpoint(const std::string& ckpt_root);
 // Reads state.json of a checkpoint directory (or of ckpt_root/latest when given a run's ckpt
 // root); throws naming the file when it is missing or malformed.
 CheckpointState read_checkpoint_state(const std::string& dir);
+// The same for state.json's text; `path` names it in messages.
+CheckpointState parse_checkpoint_state(const std::string& text, const std::string& path);
 
 // Loads every local block of `params` (values into param_data, a buffer in its flat layout) and,
 // when exp_avg/exp_avg_sq are not null, the optimizer moments, whatever layout saved them.

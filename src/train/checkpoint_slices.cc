@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <map>
 
+#include "core/json.h"
 #include "io/checksum.h"
 #include "io/safetensors.h"
 
@@ -14,12 +15,6 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kSlicesKey = "strata.slices";
-
-int64_t product(const std::vector<int64_t>& shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
 
 // A contiguous stretch of a slice's elements that is also contiguous in the global tensor.
 struct Run {
@@ -74,16 +69,40 @@ nlohmann::json slice_to_json(const SliceEntry& e) {
           {io::checksum_name(e.checksum_algorithm), io::hex64(e.checksum)}};
 }
 
+namespace {
+
+// Integers are checked to be integers: nlohmann's get<int64_t> of a float (1e308) is an
+// out-of-range cast, undefined behaviour (found by fuzz_checkpoint_index under UBSan).
+int64_t integer_field(const nlohmann::json& j, const char* key) {
+  const nlohmann::json& v = j.at(key);
+  STRATA_CHECK(v.is_number_integer(), "'", key, "' is ", v.dump(), ", not an integer");
+  return v.get<int64_t>();
+}
+
+std::vector<int64_t> shape_field(const nlohmann::json& j, const char* key) {
+  const nlohmann::json& v = j.at(key);
+  STRATA_CHECK(v.is_array(), "'", key, "' is ", v.dump(), ", not a list of integers");
+  std::vector<int64_t> shape;
+  for (const nlohmann::json& d : v) {
+    STRATA_CHECK(d.is_number_integer(), "'", key, "' is ", v.dump(), ", not a list of integers");
+    shape.push_back(d.get<int64_t>());
+  }
+  return shape;
+}
+
+}  // namespace
+
 SliceEntry slice_from_json(const nlohmann::json& j) {
   SliceEntry e;
+  int64_t slice_dim = 0;
   try {
     e.tensor = j.at("tensor").get<std::string>();
-    e.global_shape = j.at("global_shape").get<std::vector<int64_t>>();
-    e.block_shape = j.at("block_shape").get<std::vector<int64_t>>();
-    e.slice_dim = j.at("slice_dim").get<int>();
-    e.slice_begin = j.at("slice_begin").get<int64_t>();
-    e.begin = j.at("begin").get<int64_t>();
-    e.count = j.at("count").get<int64_t>();
+    e.global_shape = shape_field(j, "global_shape");
+    e.block_shape = shape_field(j, "block_shape");
+    slice_dim = integer_field(j, "slice_dim");
+    e.slice_begin = integer_field(j, "slice_begin");
+    e.begin = integer_field(j, "begin");
+    e.count = integer_field(j, "count");
     e.file = j.at("file").get<std::string>();
     e.key = j.at("key").get<std::string>();
     const io::RecordedChecksum sum = io::recorded_checksum(j);
@@ -92,10 +111,24 @@ SliceEntry slice_from_json(const nlohmann::json& j) {
   } catch (const std::exception& ex) {
     fail("checkpoint index: malformed slice entry ", j.dump(), " (", ex.what(), ")");
   }
-  const int ndim = static_cast<int>(e.block_shape.size());
-  STRATA_CHECK(ndim == static_cast<int>(e.global_shape.size()) && e.slice_dim < ndim &&
-                   e.begin >= 0 && e.count >= 0 && e.begin + e.count <= product(e.block_shape),
-               "checkpoint index: inconsistent slice entry ", j.dump());
+  // What load_slices and runs_of rely on, checked without overflow (the entry comes from a file):
+  // a block of the global tensor cut along at most one dimension, a range inside the block, and a
+  // file beside the index.
+  const auto ndim = static_cast<int64_t>(e.block_shape.size());
+  bool ok = ndim == static_cast<int64_t>(e.global_shape.size()) && slice_dim >= -1 &&
+            slice_dim < ndim && e.begin >= 0 && e.count >= 0;
+  e.slice_dim = ok ? static_cast<int>(slice_dim) : -1;
+  int64_t block = 1, global = 1;
+  for (int64_t k = 0; ok && k < ndim; ++k) {
+    const int64_t b = e.block_shape[k], g = e.global_shape[k];
+    ok = b >= 0 && g >= 0 && !__builtin_mul_overflow(block, b, &block) &&
+         !__builtin_mul_overflow(global, g, &global) &&
+         (k == e.slice_dim ? e.slice_begin >= 0 && e.slice_begin <= g && b <= g - e.slice_begin
+                           : b == g);
+  }
+  ok = ok && e.count <= block - e.begin && !e.file.empty() && e.file != "." && e.file != ".." &&
+       e.file.find('/') == std::string::npos;
+  STRATA_CHECK(ok, "checkpoint index: inconsistent slice entry ", j.dump());
   return e;
 }
 
@@ -138,7 +171,7 @@ std::vector<SliceEntry> read_slice_file_entries(const std::string& path) {
     const io::SafetensorsFile file = io::SafetensorsFile::open(path);
     const auto it = file.metadata().find(kSlicesKey);
     STRATA_CHECK(it != file.metadata().end(), "'", path, "' has no slice list");
-    for (const nlohmann::json& j : nlohmann::json::parse(it->second))
+    for (const nlohmann::json& j : parse_json(it->second, path))
       entries.push_back(slice_from_json(j));
   } catch (const std::exception& e) {
     throw CheckpointCorrupt(path, e.what());
@@ -188,6 +221,14 @@ void load_slices(const std::string& dir, const std::vector<SliceEntry>& entries,
         for (const Run& r : w.runs) needed |= r.global < hi && r.global + r.count > lo;
       if (!needed) continue;
       const io::SafetensorsFile& file = open(s->file);
+      // The size stored in the file, before allocating what the index claims.
+      try {
+        const size_t stored = file.info(s->key).bytes;
+        STRATA_CHECK(stored == static_cast<size_t>(s->count) * sizeof(float), "slice '", s->key,
+                     "' holds ", stored, " bytes but the index lists ", s->count, " floats");
+      } catch (const std::exception& e) {
+        throw CheckpointCorrupt(file.path(), e.what());
+      }
       buf.assign(static_cast<size_t>(s->count), 0.0f);
       try {
         file.read_into(s->key, buf.data(), buf.size() * sizeof(float));

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/arena.h"
+#include "core/json.h"
 #include "data/tokenizer.h"
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
@@ -50,15 +51,22 @@ std::string locate(const io::ShardedSafetensors& st, const std::string& name) {
   return "";
 }
 
-// Tensor `name` as f32, checked against the shape config.json implies.
-std::vector<float> read_f32(const io::ShardedSafetensors& st, const std::string& name,
+// Tensor `name`'s dtype and shape, checked against the shape config.json implies.
+io::TensorInfo checked_info(const io::ShardedSafetensors& st, const std::string& name,
                             const std::vector<int64_t>& shape, const std::string& where) {
   const std::string& dtype = st.shard_of(name).dtype_name_of(name);
   STRATA_CHECK(dtype == "F32" || dtype == "BF16" || dtype == "F16", where, ": tensor '", name,
                "' is ", dtype, "; strata imports F32, BF16 and F16 weights");
-  const io::TensorInfo info = st.info(name);
+  io::TensorInfo info = st.info(name);
   STRATA_CHECK(info.shape == shape, where, ": tensor '", name, "' has shape ",
                shape_str(info.shape), " but config.json implies ", shape_str(shape));
+  return info;
+}
+
+// Tensor `name` as f32, checked as above.
+std::vector<float> read_f32(const io::ShardedSafetensors& st, const std::string& name,
+                            const std::vector<int64_t>& shape, const std::string& where) {
+  const io::TensorInfo info = checked_info(st, name, shape, where);
   const size_t n = static_cast<size_t>(info.numel());
   std::vector<float> out(n);
   if (info.dtype == DType::f32) {
@@ -76,7 +84,7 @@ nlohmann::json read_json(const fs::path& path) {
   STRATA_CHECK(fs::exists(path), "'", path.parent_path().string(),
                "' has no config.json: expected a directory written by save_pretrained");
   try {
-    return nlohmann::json::parse(io::read_file(path.string()));
+    return parse_json(io::read_file(path.string()), path.string());
   } catch (const nlohmann::json::exception& e) {
     fail("'", path.string(), "' is not valid JSON (", e.what(), ")");
   }
@@ -130,6 +138,19 @@ std::string ImportReport::summary() const {
              " --set run.resume=", fs::path(checkpoint).parent_path().string());
 }
 
+void check_import_size(const ModelConfig& model, size_t file_tensors, const std::string& where) {
+  const auto tensors = static_cast<int64_t>(std::min<size_t>(file_tensors, INT64_MAX));
+  STRATA_CHECK(model.n_layer <= tensors, where, ": the config has ", model.n_layer,
+               " layers but the model's safetensors hold only ", tensors,
+               " tensors; config.json does not describe these weights");
+  const int64_t experts = std::max<int64_t>(model.moe.experts, 1);
+  STRATA_CHECK(experts <= tensors / std::max<int64_t>(model.n_layer, 1), where, ": the config has ",
+               model.n_layer, " layers of ", experts,
+               " experts but the model's safetensors hold "
+               "only ",
+               tensors, " tensors; config.json does not describe these weights");
+}
+
 ImportReport import_model(const std::string& hf_dir, const std::string& out_dir) {
   STRATA_CHECK(fs::is_directory(hf_dir), "'", hf_dir,
                "' is not a directory (expected a Hugging Face model saved with save_pretrained)");
@@ -141,6 +162,22 @@ ImportReport import_model(const std::string& hf_dir, const std::string& out_dir)
   const ModelConfig model = model_from_config_json(read_json(config_path), where);
   report.model = model;
   const io::ShardedSafetensors st = io::ShardedSafetensors::open(hf_dir);
+  // Every size below comes from config.json: check it against the file before allocating (a
+  // config that names more or larger tensors than the file holds fails here, not in the arena).
+  check_import_size(model, st.names().size(), where);
+  // Each rule's tensor, present with its dtype and shape, before anything is allocated.
+  const std::vector<Rule> model_rules = rules(model);
+  std::vector<std::string> names;  // the tensor of each rule
+  for (const Rule& r : model_rules) {
+    names.push_back(locate(st, r.hf));
+    STRATA_CHECK(!names.back().empty(), hf_dir, ": the model has no tensor '", r.hf, "' (strata's ",
+                 r.strata, ")",
+                 r.hf == "lm_head.weight"
+                     ? "; config.json says \"tie_word_embeddings\" = false: set it to true if "
+                       "the head shares the embedding"
+                     : "");
+    checked_info(st, names.back(), r.hf_shape, hf_dir);
+  }
 
   Arena arena;
   ParamStore params;
@@ -150,14 +187,9 @@ ImportReport import_model(const std::string& hf_dir, const std::string& out_dir)
   std::set<std::string> used;
   std::string cached_name;  // c_attn is read once for q, k and v
   std::vector<float> cached;
-  for (const Rule& r : rules(model)) {
-    const std::string name = locate(st, r.hf);
-    STRATA_CHECK(!name.empty(), hf_dir, ": the model has no tensor '", r.hf, "' (strata's ",
-                 r.strata, ")",
-                 r.hf == "lm_head.weight"
-                     ? "; config.json says \"tie_word_embeddings\" = false: set it to true if "
-                       "the head shares the embedding"
-                     : "");
+  for (size_t i = 0; i < model_rules.size(); ++i) {
+    const Rule& r = model_rules[i];
+    const std::string& name = names[i];
     if (name != cached_name) {
       cached = read_f32(st, name, r.hf_shape, hf_dir);
       cached_name = name;

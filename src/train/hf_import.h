@@ -26,6 +26,12 @@ struct ImportReport {
 // that contradicts tie_word_embeddings.
 ImportReport import_model(const std::string& hf_dir, const std::string& out_dir);
 
+// Before anything is sized from config.json: a model of n_layer layers (of `experts` experts each)
+// stores at least one tensor per layer (and per expert), so a config with more than the file's
+// `file_tensors` is refused here, naming the keys, instead of computing (and allocating) the
+// parameters of a model no file could hold. `where` names config.json.
+void check_import_size(const ModelConfig& model, size_t file_tensors, const std::string& where);
+
 // The TOML config import writes for `model` (run.dir: runs/<run_name>).
 std::string import_config_toml(const ModelConfig& model, const std::string& source,
                                const std::string& ckpt_dir, const std::string& run_name);

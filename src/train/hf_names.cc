@@ -338,7 +338,9 @@ nlohmann::json config_json(const ModelConfig& c, int64_t eos) {
   return j;
 }
 
-ModelConfig model_from_config_json(const nlohmann::json& j, const std::string& source) {
+namespace {
+
+ModelConfig model_from_config_fields(const nlohmann::json& j, const std::string& source) {
   STRATA_CHECK(j.is_object(), source, ": expected a JSON object");
   const Fields f{j, source};
   std::string arch;
@@ -409,7 +411,9 @@ ModelConfig model_from_config_json(const nlohmann::json& j, const std::string& s
       if (!r) continue;
       STRATA_CHECK(r->is_object(), source, ": \"", key, "\" must be an object, found ", r->dump());
       const Fields rf{*r, source};
-      const std::string kind = r->value("rope_type", r->value("type", ""));
+      // Fields::text, not json::value: a "rope_type" that is not a string is named, not an
+      // escaped nlohmann type_error (found by fuzz_hf_config).
+      const std::string kind = rf.text("rope_type", rf.text("type", ""));
       if (kind == "llama3") {
         c.rope_scaling = RopeScaling::llama3;
         c.rope_factor = rf.number("factor", 8.0);
@@ -476,6 +480,18 @@ ModelConfig model_from_config_json(const nlohmann::json& j, const std::string& s
     fail(source, " describes a model strata cannot build: ", e.what());
   }
   return c;
+}
+
+}  // namespace
+
+ModelConfig model_from_config_json(const nlohmann::json& j, const std::string& source) {
+  // The checks above name each key; a value of the wrong JSON type that one of them misses is
+  // still one error naming the file, not an nlohmann exception.
+  try {
+    return model_from_config_fields(j, source);
+  } catch (const nlohmann::json::exception& e) {
+    fail(source, ": unexpected JSON (", e.what(), "); expected a Hugging Face config.json");
+  }
 }
 
 }  // namespace strata::hf

@@ -58,6 +58,10 @@ TEST(Shard, EmptyShardIsValid) {
   TempDir dir;
   write_shard(dir.file("e.bin"), std::vector<int32_t>{}, 100);
   EXPECT_EQ(Shard(dir.file("e.bin"), 100).size(), 0);
+  // Version 2 copies with memcpy, which must not see the null data() of an empty vector (found by
+  // fuzzing under UBSan: tests/fuzz/shard/regress-empty-v2-copy).
+  write_shard(dir.file("e2.bin"), std::vector<int32_t>{}, 100000);
+  EXPECT_TRUE(read_shard(dir.file("e2.bin"), 100000).empty());
 }
 
 TEST(Shard, WriteRejectsOutOfVocabTokens) {
@@ -134,6 +138,17 @@ TEST(Shard, TokenOutsideVocab) {
   // Reading with a vocabulary of 50: the first bad token is #37 at byte 1024 + 2 * 37.
   expect_error(path, 50, {"byte offset 1098", "token id 60", ">= vocab_size 50", "at least 71"});
   EXPECT_NO_THROW(Shard(path, 71));
+}
+
+// Found by fuzzing (tests/fuzz/shard/regress-negative-uint32-token): a uint32 token >= 2^31 read
+// back as a negative int32 and passed the `< vocab_size` check.
+TEST(Shard, Uint32TokenAbove2To31IsRefused) {
+  TempDir dir;
+  const std::string path = dir.file("neg.bin");
+  write_shard(path, ramp(10, 100000), 100000);  // version 2: uint32 tokens
+  patch(path, 1024 + 4 * 3, -1);                // token 3 = 0xffffffff
+  expect_error(path, 100000, {"byte offset 1036", "token id 4294967295", ">= vocab_size"});
+  expect_error(path, 0, {"byte offset 1036", "2^31"});  // even without a vocabulary check
 }
 
 TEST(Shard, MissingFile) {

@@ -490,5 +490,37 @@ TEST_F(HfFile, UnsupportedFeaturesAreNamed) {
   EXPECT_NO_THROW(load(with("model", "dropout", nullptr)));
 }
 
+// Found by fuzzing (tests/fuzz/tokenizer/regress-*): values of the wrong JSON type escaped as
+// nlohmann exceptions, and deep nesting overflowed the stack; each is one strata error naming the
+// file.
+TEST_F(HfFile, MalformedValuesAreNamedErrors) {
+  nlohmann::json j = base_json();
+  j["added_tokens"] = {added_json(260, kEndOfText)};
+  nlohmann::json k = j;
+  k["model"]["vocab"]["bc"] = nullptr;
+  expect_error(k, "integer id");
+  k = j;
+  k["added_tokens"][0]["id"] = "260";
+  expect_error(k, "integer \"id\"");
+  k = j;
+  k["added_tokens"] = {7};
+  expect_error(k, "integer \"id\"");
+  k = j;
+  k["model"]["type"] = 5;
+  expect_error(k, "malformed tokenizer.json");
+  k = j;
+  k["added_tokens"][0]["special"] = "yes";
+  expect_error(k, "malformed tokenizer.json");
+  const std::string deep = std::string(200000, '[') + std::string(200000, ']');
+  write_file_atomic(path(),
+                    R"({"model": {"vocab": {}, "merges": []}, "normalizer": )" + deep + "}");
+  try {
+    Tokenizer::load(path());
+    ADD_FAILURE() << "a deeply nested tokenizer.json loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("nested deeper than 128"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace strata::data

@@ -135,6 +135,22 @@ TEST_F(SafetensorsCorrupt, MissingFieldsAndBadMetadata) {
   EXPECT_HAS(header_error(R"({"__metadata__":[]})", 0), "__metadata__");
 }
 
+// Found by fuzzing: nested brackets in the header overflowed the stack wherever the value was
+// copied or printed (core/json.h).
+TEST_F(SafetensorsCorrupt, DeeplyNestedHeader) {
+  const std::string deep = std::string(200000, '[') + std::string(200000, ']');
+  EXPECT_HAS(
+      header_error(R"({"a":{"dtype":"F32","shape":)" + deep + R"(,"data_offsets":[0,0]}})", 0),
+      "nests deeper than 128 levels");
+}
+
+// Found by fuzzing (tests/fuzz/safetensors/regress-number-out-of-range): a number too large for
+// a double is nlohmann's out_of_range, not a parse_error, and escaped.
+TEST_F(SafetensorsCorrupt, NumberOutOfRange) {
+  EXPECT_HAS(header_error(R"({"a":{"dtype":"F32","shape":[1e999],"data_offsets":[0,4]}})", 4),
+             "bad JSON header");
+}
+
 TEST_F(SafetensorsCorrupt, ErrorsComeFromOpenNotLaterReads) {
   // A file that validates must read back; a directory is not a file.
   EXPECT_HAS(error_of([&] { SafetensorsFile::open(dir_.path()); }), "directory");

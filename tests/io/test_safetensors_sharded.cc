@@ -87,6 +87,21 @@ TEST(SafetensorsSharded, BadIndexNamesIt) {
   EXPECT_HAS(error_of([&] { ShardedSafetensors::open(m.index()); }), "not a file name");
 }
 
+// Shards sit beside the index: a weight_map naming a path elsewhere is refused, not opened.
+TEST(SafetensorsSharded, ShardOutsideTheModelDirectoryIsRefused) {
+  ShardedModel m;
+  for (const char* shard : {"../model-00001-of-00002.safetensors", "/etc/passwd", "..", ""}) {
+    m.write_index(std::string(R"({"weight_map": {"a": ")") + shard + R"("}})");
+    EXPECT_HAS(error_of([&] { ShardedSafetensors::open(m.index()); }), "beside the index");
+  }
+  // A number out of range, and a deeply nested index, are errors naming it (core/json.h), not
+  // an escaped nlohmann exception or a stack overflow.
+  m.write_index(R"({"weight_map": {"a": 1e999}})");
+  EXPECT_HAS(error_of([&] { ShardedSafetensors::open(m.index()); }), m.index());
+  m.write_index(R"({"weight_map": )" + std::string(100000, '[') + std::string(100000, ']') + "}");
+  EXPECT_HAS(error_of([&] { ShardedSafetensors::open(m.index()); }), m.index());
+}
+
 TEST(SafetensorsSharded, EmptyDirectoryIsAnError) {
   TempDir dir;
   EXPECT_HAS(error_of([&] { ShardedSafetensors::open(dir.path()); }), "holds neither");

@@ -433,6 +433,21 @@ TEST(HfImport, UnsupportedConfigsNameTheKey) {
       "transformer.h.0.mlp.c_fc.weight' has shape [32, 128]");
   expect_import_error(
       "missing", "gpt2", true, [](auto& j) { j.erase("n_embd"); }, "missing key \"n_embd\"");
+  // Found by fuzz_hf_config (regress-rope-type-not-string): an nlohmann type_error escaped.
+  expect_import_error(
+      "rope_type", "llama", false,
+      [](auto& j) {
+        j["rope_scaling"] = {{"rope_type", 4.0}};
+      },
+      "\"rope_type\" must be a string, found 4.0");
+  // Sizes from config.json are checked against the file before anything is allocated (the
+  // parameters of these would need terabytes).
+  expect_import_error(
+      "huge_layers", "llama", false, [](auto& j) { j["num_hidden_layers"] = 100000000; },
+      "100000000 layers but the model's safetensors hold only");
+  expect_import_error(
+      "huge_ffn", "llama", false, [](auto& j) { j["intermediate_size"] = int64_t{1} << 40; },
+      "but config.json implies [1099511627776, 32]");
 }
 
 // Mixtral: the router is block_sparse_moe.gate, expert j's w1 | w3 are rows [0, F) and [F, 2F) of

@@ -5,9 +5,9 @@
 #pragma once
 #include <cstdint>
 
-// GCC only: the file enables AVX-512 with `#pragma GCC target`, which clang does not have. The
-// clang build (ThreadSanitizer, scripts/test_tsan.sh) compiles the AVX2 level only and so would
-// never choose this kernel anyway; it runs the portable one.
+// GCC only: the .cc enables AVX-512 for its own code with `#pragma GCC target`, which clang
+// ignores; the clang builds (ThreadSanitizer, scripts/test_tsan.sh, compiles the AVX2 level only;
+// the fuzz targets, STRATA_FUZZ) run the portable kernel instead.
 #if defined(__x86_64__) && !defined(__clang__)
 #define STRATA_HAVE_AVX512BF16_KERNELS 1
 #else
