@@ -3,7 +3,7 @@
 # each one over its corpus (the seeds and every regress-* input of a bug fuzzing found) and then
 # fuzzes it for FUZZ_CI_SECONDS (default 20). Fails on any finding: a crash, a sanitizer report,
 # an uncaught exception, a hang (10 s), an allocation over 512 MiB. The findings are left in
-# /tmp/strata-fuzz-ci/<target>/ with libFuzzer's log. bench/fuzz.sh is the long run.
+# /tmp/strata-fuzz-ci.XXXXXX/<target>/ with libFuzzer's log. bench/fuzz.sh is the long run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/fuzz_lib.sh
@@ -11,8 +11,8 @@ seconds=${FUZZ_CI_SECONDS:-20}
 start=$(date +%s)
 fuzz_build
 built=$(date +%s)
-work=/tmp/strata-fuzz-ci
-rm -rf "$work"
+# One directory per run (two runs at once, e.g. from two checkouts, must not share one).
+work=$(mktemp -d /tmp/strata-fuzz-ci.XXXXXX)
 failed=()
 for name in "${FUZZ_TARGETS[@]}"; do
   # The corpus alone first (-runs=0: each input once), so that a regression is named as such.
