@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # CI: builds the libFuzzer targets of tests/fuzz with clang (ASan + UBSan, build-fuzz/) and runs
 # each one over its corpus (the seeds and every regress-* input of a bug fuzzing found) and then
-# fuzzes it for FUZZ_CI_SECONDS (default 20). Fails on any finding: a crash, a sanitizer report,
+# fuzzes it for FUZZ_CI_SECONDS (default 10). Fails on any finding: a crash, a sanitizer report,
 # an uncaught exception, a hang (10 s), an allocation over 512 MiB. The findings are left in
 # /tmp/strata-fuzz-ci.XXXXXX/<target>/ with libFuzzer's log. bench/fuzz.sh is the long run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/fuzz_lib.sh
-seconds=${FUZZ_CI_SECONDS:-20}
+seconds=${FUZZ_CI_SECONDS:-10}
 start=$(date +%s)
 fuzz_build
 built=$(date +%s)

@@ -42,8 +42,10 @@ ProcessGroups ProcessGroups::create(const Layout& layout) {
   g.ep_ = split(*world, fixed * layout.edp() + edp_rank, ep_rank, "ep");
   g.edp_ = split(*world, fixed * layout.ep + ep_rank, edp_rank, "edp");
   // Within dp: cp groups of adjacent dp ranks (the data replica dp / cp fixed).
-  g.cp_ = split(*world, fixed * layout.replicas() + c.dp / layout.cp, c.dp % layout.cp, "cp");
-  g.mpi_ = {world.get(), dp.get(), tp.get(), pp.get()};
+  std::unique_ptr<MpiComm> cp =
+      split(*world, fixed * layout.replicas() + c.dp / layout.cp, c.dp % layout.cp, "cp");
+  g.mpi_ = {world.get(), dp.get(), tp.get(), pp.get(), cp.get()};
+  g.cp_ = std::move(cp);
   g.world_ = std::move(world);
   g.dp_ = std::move(dp);
   g.tp_ = std::move(tp);
@@ -70,7 +72,7 @@ MpiComm& ProcessGroups::mpi(MpiComm* c) {
 }
 
 void ProcessGroups::route_through(Routes routes) {
-  STRATA_CHECK(routes.world && routes.dp && routes.tp && routes.pp,
+  STRATA_CHECK(routes.world && routes.dp && routes.tp && routes.pp && routes.cp,
                "ProcessGroups::route_through: every group needs a route");
   routes_ = std::move(routes);
 }
@@ -82,7 +84,7 @@ std::vector<Comm*> ProcessGroups::all_active() const {
           active(pp_, routes_.pp),
           ep_.get(),
           edp_.get(),
-          cp_.get()};
+          active(cp_, routes_.cp)};
 }
 
 void ProcessGroups::set_step(int64_t step) {

@@ -38,7 +38,7 @@ class ProcessGroups {
   Comm& pp() { return *active(pp_, routes_.pp); }
   Comm& ep() { return *ep_; }
   Comm& edp() { return *edp_; }
-  Comm& cp() { return *cp_; }
+  Comm& cp() { return *active(cp_, routes_.cp); }
   // The groups are MPI communicators (create), not a lone process's (single).
   bool has_mpi() const { return mpi_.world != nullptr; }
   // The MPI communicators themselves (what a route wraps, whatever is installed); has_mpi() only.
@@ -46,11 +46,12 @@ class ProcessGroups {
   MpiComm& mpi_dp() { return mpi(mpi_.dp); }
   MpiComm& mpi_tp() { return mpi(mpi_.tp); }
   MpiComm& mpi_pp() { return mpi(mpi_.pp); }
+  MpiComm& mpi_cp() { return mpi(mpi_.cp); }
   // Communicators of the same groups that take over from the MPI ones for every caller, e.g.
   // comm/nccl's DeviceHostComm (GPU buffers over NCCL, host buffers over the MPI group). A job on
   // GPUs installs them once, before any model or parallel code holds a group.
   struct Routes {
-    std::unique_ptr<Comm> world, dp, tp, pp;
+    std::unique_ptr<Comm> world, dp, tp, pp, cp;
   };
   void route_through(Routes routes);
   const Layout& layout() const { return layout_; }
@@ -76,9 +77,9 @@ class ProcessGroups {
   std::unique_ptr<Comm> world_, dp_, tp_, pp_;  // MpiComm (create) or SelfComm (single)
   // The expert groups (MoE runs on the CPU only, so they have no routes).
   std::unique_ptr<Comm> ep_, edp_;
-  std::unique_ptr<Comm> cp_;  // context parallelism (CPU only so far, so no route either)
+  std::unique_ptr<Comm> cp_;  // context parallelism (routed on GPUs like the four above)
   struct {
-    MpiComm *world = nullptr, *dp = nullptr, *tp = nullptr, *pp = nullptr;
+    MpiComm *world = nullptr, *dp = nullptr, *tp = nullptr, *pp = nullptr, *cp = nullptr;
   } mpi_;          // the same objects as MPI communicators; null for single()
   Routes routes_;  // null entries: the group's own communicator serves
 };

@@ -60,6 +60,11 @@ class Backend {
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;  // both on the device
   virtual void copy_from_host(void* dst, const void* host, size_t bytes) = 0;
   virtual void copy_to_host(void* host, const void* src, size_t bytes) = 0;  // waits for it
+  // `rows` rows of `width` bytes each, from src (rows `src_pitch` bytes apart) to dst (rows
+  // `dst_pitch` bytes apart), both on the device: columns of a row-major buffer (the k|v heads
+  // of the fused qkv rows, a rank's share of the heads).
+  virtual void copy_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width,
+                       size_t rows) = 0;
   virtual void zero(void* dst, size_t bytes) = 0;
   virtual void fill(float* dst, float value, int64_t count) = 0;
   virtual void synchronize() = 0;  // waits until the device's queued work has finished

@@ -1,7 +1,6 @@
 #include "model/context_attention.h"
 
 #include <algorithm>
-#include <cstring>
 
 #include "core/error.h"
 #include "kernels/cpu/attention_ranges.h"
@@ -92,9 +91,6 @@ ContextAttention::ContextAttention(const ContextOptions& options, const ModelCon
                                    int64_t batch, int64_t seq_len, int slots)
     : options_(options), backend_(&backend), hd_(cfg.head_dim()) {
   if (!options_.active()) return;
-  STRATA_CHECK(backend.kind() == Device::cpu,
-               "parallel.cp > 1 and data.document_mask run on the CPU only so far: set "
-               "system.device = \"cpu\"");
   STRATA_CHECK(cfg.flash_attention(),
                "parallel.cp > 1 and data.document_mask need model.attention = \"flash\" (the "
                "naive kernel materialises the whole T x T scores)");
@@ -125,9 +121,19 @@ MemBytes ContextAttention::bytes(const ModelConfig& cfg, const ModelShard& shard
 // ---- masks -------------------------------------------------------------------------------------
 
 void ContextAttention::prepare(int slot, const int32_t* doc_start, int64_t b) {
-  const Masks& m = masks_[static_cast<size_t>(slot)];
+  Masks& m = masks_[static_cast<size_t>(slot)];
   const int cp = split_.cp;
   const int64_t t = split_.t, L = split_.local(), n = b * L;
+  const bool ulysses = options_.impl == CpImpl::ulysses && cp > 1;
+  // Computed on the host (host.*), then uploaded: the device buffers are the kernels' operands,
+  // the host copies tell the ring which blocks some row sees.
+  m.rows = n;
+  m.host_positions.resize(static_cast<size_t>(n));
+  m.host_begin.resize(static_cast<size_t>(ulysses ? b * t : cp * n));
+  m.host_end.resize(m.host_begin.size());
+  int32_t* positions = m.host_positions.data();
+  int32_t* begin = m.host_begin.data();
+  int32_t* end = m.host_end.data();
   for (int64_t bb = 0; bb < b; ++bb) {
     for (int64_t i = 0; i < L; ++i) {
       const int64_t p = split_.global_row(i, rank_);
@@ -135,21 +141,25 @@ void ContextAttention::prepare(int slot, const int32_t* doc_start, int64_t b) {
       STRATA_CHECK(d >= 0 && d <= p, "ContextAttention: document start ", d, " of position ", p,
                    " is not at or before it");
       const int64_t row = bb * L + i;
-      m.positions[row] = static_cast<int32_t>(options_.document_mask ? p - d : p);
-      if (options_.impl == CpImpl::ulysses && cp > 1) continue;
+      positions[row] = static_cast<int32_t>(options_.document_mask ? p - d : p);
+      if (ulysses) continue;
       for (int step = 0; step < cp; ++step) {
         const int from = (rank_ - step + cp) % cp;  // whose block arrives at this step
-        m.begin[step * n + row] = static_cast<int32_t>(split_.rows_before(d, from));
-        m.end[step * n + row] = static_cast<int32_t>(split_.rows_before(p + 1, from));
+        begin[step * n + row] = static_cast<int32_t>(split_.rows_before(d, from));
+        end[step * n + row] = static_cast<int32_t>(split_.rows_before(p + 1, from));
       }
     }
   }
-  if (options_.impl == CpImpl::ulysses && cp > 1) {  // every row, in global order
+  if (ulysses) {  // every row, in global order
     for (int64_t i = 0; i < b * t; ++i) {
-      m.begin[i] = doc_start ? doc_start[i] : 0;
-      m.end[i] = static_cast<int32_t>(i % t + 1);
+      begin[i] = doc_start ? doc_start[i] : 0;
+      end[i] = static_cast<int32_t>(i % t + 1);
     }
   }
+  const size_t ranges = m.host_begin.size() * sizeof(int32_t);
+  backend_->copy_from_host(m.positions, positions, static_cast<size_t>(n) * sizeof(int32_t));
+  backend_->copy_from_host(m.begin, begin, ranges);
+  backend_->copy_from_host(m.end, end, ranges);
 }
 
 namespace {
@@ -181,19 +191,15 @@ void ContextAttention::backward(int slot, float* dqkv, const float* dout, const 
 
 namespace {
 // k|v heads of each qkv row -> kv [n, 2 * nkv * hd] (what travels), and back for gradients.
-void pack_kv(float* kv, const float* qkv, const AttentionShape& s) {
-  const int64_t n = s.rows(), w = s.qkv_width(), q = s.heads * s.head_dim;
-  const int64_t kvw = 2 * s.kv_heads * s.head_dim;
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i)
-    std::memcpy(kv + i * kvw, qkv + i * w + q, static_cast<size_t>(kvw) * sizeof(float));
+void pack_kv(Backend& backend, float* kv, const float* qkv, const AttentionShape& s) {
+  const size_t w = static_cast<size_t>(s.qkv_width()) * 4, q = s.heads * s.head_dim;
+  const size_t kvw = static_cast<size_t>(2 * s.kv_heads * s.head_dim) * 4;
+  backend.copy_2d(kv, kvw, qkv + q, w, kvw, static_cast<size_t>(s.rows()));
 }
-void unpack_kv(float* qkv, const float* kv, const AttentionShape& s) {
-  const int64_t n = s.rows(), w = s.qkv_width(), q = s.heads * s.head_dim;
-  const int64_t kvw = 2 * s.kv_heads * s.head_dim;
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i)
-    std::memcpy(qkv + i * w + q, kv + i * kvw, static_cast<size_t>(kvw) * sizeof(float));
+void unpack_kv(Backend& backend, float* qkv, const float* kv, const AttentionShape& s) {
+  const size_t w = static_cast<size_t>(s.qkv_width()) * 4, q = s.heads * s.head_dim;
+  const size_t kvw = static_cast<size_t>(2 * s.kv_heads * s.head_dim) * 4;
+  backend.copy_2d(qkv + q, w, kv, kvw, kvw, static_cast<size_t>(s.rows()));
 }
 }  // namespace
 
@@ -205,7 +211,7 @@ void ContextAttention::ring_forward(const Masks& m, float* out, float* lse, cons
   const RangeAttentionShape rs{s.b, s.t, s.t, s.heads, nkv, hd};
   Comm* g = options_.group;
   const int next = (rank_ + 1) % cp, prev = (rank_ - 1 + cp) % cp;
-  pack_kv(kv_[0], qkv, s);
+  pack_kv(*backend_, kv_[0], qkv, s);
   bool have = false;  // out/lse hold a block's result
   for (int step = 0; step < cp; ++step) {
     const float* cur = kv_[step % 2];
@@ -216,7 +222,7 @@ void ContextAttention::ring_forward(const Masks& m, float* out, float* lse, cons
     }
     const int32_t* begin = m.begin + step * n;
     const int32_t* end = m.end + step * n;
-    if (any_visible(begin, end, n)) {
+    if (any_visible(m.host_begin.data() + step * n, m.host_end.data() + step * n, n)) {
       float* o = have ? out_part_ : out;
       float* l = have ? lse_part_ : lse;
       backend_->attention_ranges_forward(o, l, qkv, s.qkv_width(), cur, cur + nkv * hd, kvw, begin,
@@ -243,8 +249,8 @@ void ContextAttention::ring_backward(const Masks& m, float* dqkv, const float* d
   const RangeAttentionShape rs{s.b, s.t, s.t, s.heads, nkv, hd};
   Comm* g = options_.group;
   const int next = (rank_ + 1) % cp, prev = (rank_ - 1 + cp) % cp;
-  std::memset(dqkv, 0, static_cast<size_t>(n * s.qkv_width()) * sizeof(float));
-  pack_kv(kv_[0], qkv, s);
+  backend_->zero(dqkv, static_cast<size_t>(n * s.qkv_width()) * sizeof(float));
+  pack_kv(*backend_, kv_[0], qkv, s);
   float* part = dkv_[0];  // this step's contribution, then the block's running total
   float* sending = dkv_[1];
   float* incoming = dkv_[2];
@@ -256,18 +262,16 @@ void ContextAttention::ring_backward(const Masks& m, float* dqkv, const float* d
       received = g->recv(kv_[(step + 1) % 2], n * kvw, DType::f32, prev, kKvTag);
       sent = g->send(cur, n * kvw, DType::f32, next, kKvTag);
     }
-    std::memset(part, 0, kv_bytes);
+    backend_->zero(part, kv_bytes);
     const int32_t* begin = m.begin + step * n;
     const int32_t* end = m.end + step * n;
-    if (any_visible(begin, end, n))
+    if (any_visible(m.host_begin.data() + step * n, m.host_end.data() + step * n, n))
       backend_->attention_ranges_backward(dqkv, part, part + nkv * hd, scratch_, dout, qkv,
                                           s.qkv_width(), cur, cur + nkv * hd, kvw, out, lse, begin,
                                           end, rs);
     if (step > 0) {  // the block's gradient from the ranks it visited before
       wait(dkv_received);
-      const int64_t count = n * kvw;
-#pragma omp parallel for schedule(static)
-      for (int64_t i = 0; i < count; ++i) part[i] += incoming[i];
+      backend_->add_inplace(part, incoming, n * kvw);
     }
     if (cp > 1) {  // on to the next holder (after the last step: home to the block's owner)
       wait(dkv_sent);
@@ -281,9 +285,9 @@ void ContextAttention::ring_backward(const Masks& m, float* dqkv, const float* d
   if (cp > 1) {
     wait(dkv_received);  // this rank's own block, summed over every query rank
     wait(dkv_sent);
-    unpack_kv(dqkv, incoming, s);
+    unpack_kv(*backend_, dqkv, incoming, s);
   } else {
-    unpack_kv(dqkv, part, s);
+    unpack_kv(*backend_, dqkv, part, s);
   }
 }
 
@@ -291,23 +295,28 @@ void ContextAttention::ring_backward(const Masks& m, float* dqkv, const float* d
 
 namespace {
 // Rows [n, all heads of each group] <-> cp blocks [n, heads / cp of each group]: block j holds
-// rank j's share of every group's heads. The direction is `to_blocks`; the other side is only read.
-void head_blocks(float* rows, float* blocks, const std::vector<int64_t>& heads, int cp, int64_t hd,
-                 int64_t n, bool to_blocks) {
+// rank j's share of every group's heads. The direction is `to_blocks`; the other side is only
+// read. One strided copy per (block, group).
+void head_blocks(Backend& backend, float* rows, float* blocks, const std::vector<int64_t>& heads,
+                 int cp, int64_t hd, int64_t n, bool to_blocks) {
   int64_t full = 0, mine = 0;
   for (int64_t h : heads) full += h * hd, mine += h / cp * hd;
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    for (int j = 0; j < cp; ++j) {
-      float* block = blocks + (j * n + i) * mine;
-      int64_t off = 0;
-      for (int64_t h : heads) {
-        const int64_t w = h / cp * hd;
-        float* row = rows + i * full + off + j * w;
-        std::memcpy(to_blocks ? block : row, to_blocks ? row : block, static_cast<size_t>(w) * 4);
-        block += w;
-        off += h * hd;
-      }
+  for (int j = 0; j < cp; ++j) {
+    int64_t off = 0, block_off = 0;
+    for (int64_t h : heads) {
+      const int64_t w = h / cp * hd;
+      float* row = rows + off + j * w;
+      float* block = blocks + j * n * mine + block_off;
+      const size_t row_pitch = static_cast<size_t>(full) * 4;
+      const size_t block_pitch = static_cast<size_t>(mine) * 4;
+      if (to_blocks)
+        backend.copy_2d(block, block_pitch, row, row_pitch, static_cast<size_t>(w) * 4,
+                        static_cast<size_t>(n));
+      else
+        backend.copy_2d(row, row_pitch, block, block_pitch, static_cast<size_t>(w) * 4,
+                        static_cast<size_t>(n));
+      off += h * hd;
+      block_off += w;
     }
   }
 }
@@ -315,14 +324,18 @@ void head_blocks(float* rows, float* blocks, const std::vector<int64_t>& heads, 
 
 void ContextAttention::global_rows(float* blocks, float* global, int64_t width,
                                    const AttentionShape& s, bool to_global) const {
-  const int64_t n = s.rows(), L = s.t, t = split_.t;
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < static_cast<int64_t>(split_.cp) * n; ++r) {
-    const int i = static_cast<int>(r / n);
-    const int64_t row = r % n, bb = row / L, il = row % L;
-    float* g = global + (bb * t + split_.global_row(il, i)) * width;
-    float* b = blocks + r * width;
-    std::memcpy(to_global ? g : b, to_global ? b : g, static_cast<size_t>(width) * 4);
+  // Block i's rows are rank i's local rows: per sequence, its two chunks, each contiguous in
+  // the block and in the global order.
+  const int64_t n = s.rows(), L = s.t, t = split_.t, c = t / (2 * split_.cp);
+  const size_t bytes = static_cast<size_t>(c * width) * 4;
+  for (int i = 0; i < split_.cp; ++i) {
+    for (int64_t bb = 0; bb < s.b; ++bb) {
+      for (int64_t first : {int64_t{0}, c}) {
+        float* g = global + (bb * t + split_.global_row(first, i)) * width;
+        float* b = blocks + (i * n + bb * L + first) * width;
+        backend_->copy(to_global ? g : b, to_global ? b : g, bytes);
+      }
+    }
   }
 }
 
@@ -338,8 +351,8 @@ void ContextAttention::seq_to_heads(const float* local, float* global,
                                     const std::vector<int64_t>& heads, const AttentionShape& s) {
   // Block j of the send buffer: this rank's rows, rank j's heads; received block i: rank i's
   // rows (its local order), this rank's heads, put in global row order.
-  head_blocks(const_cast<float*>(local), stage_[0], heads, split_.cp, s.head_dim, s.rows(),
-              /*to_blocks=*/true);  // `local` is only read
+  head_blocks(*backend_, const_cast<float*>(local), stage_[0], heads, split_.cp, s.head_dim,
+              s.rows(), /*to_blocks=*/true);  // `local` is only read
   exchange(heads, s);
   int64_t mine = 0;
   for (int64_t h : heads) mine += h / split_.cp * s.head_dim;
@@ -352,7 +365,8 @@ void ContextAttention::heads_to_seq(const float* global, float* local,
   for (int64_t h : heads) mine += h / split_.cp * s.head_dim;
   global_rows(stage_[0], const_cast<float*>(global), mine, s, /*to_global=*/false);  // only read
   exchange(heads, s);
-  head_blocks(local, stage_[1], heads, split_.cp, s.head_dim, s.rows(), /*to_blocks=*/false);
+  head_blocks(*backend_, local, stage_[1], heads, split_.cp, s.head_dim, s.rows(),
+              /*to_blocks=*/false);
 }
 
 void ContextAttention::ulysses_forward(const Masks& m, float* out, float* lse, const float* qkv,
@@ -386,7 +400,7 @@ void ContextAttention::ulysses_backward(const Masks& m, float* dqkv, const float
                                        u);
   } else {
     const int64_t w = u.qkv_width(), hd = u.head_dim;
-    std::memset(dqkv_u_, 0, static_cast<size_t>(u.rows() * w) * sizeof(float));
+    backend_->zero(dqkv_u_, static_cast<size_t>(u.rows() * w) * sizeof(float));
     const float* k = qkv_u_ + u.heads * hd;
     const float* v = qkv_u_ + (u.heads + u.kv_heads) * hd;
     backend_->attention_ranges_backward(

@@ -28,6 +28,11 @@
 //
 // q, k, v are f32 here: under bf16 training they hold the bf16-rounded values (attention math in
 // f32 on the values the GEMMs produced), as the non-flash kernels do.
+//
+// Every buffer is the backend's memory and is touched only through it (kernels, copies, the
+// group's operations), so the same code runs on the CPU and on a GPU (the cp group's route then
+// stages its sends through host memory and runs the all-to-all on NCCL: comm/nccl). The masks
+// are computed on the host once per micro-batch and uploaded.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -98,9 +103,14 @@ class ContextAttention {
 
  private:
   struct Masks {
+    // Device buffers (the backend's memory), the kernels' operands.
     int32_t* positions = nullptr;  // [n]
     int32_t* begin = nullptr;      // ring: [cp][n] per source rank step; ulysses: [b, t]
     int32_t* end = nullptr;
+    // Their host copies as prepare() made them (the ring skips the blocks no row sees), for the
+    // `rows` local rows of the last prepare().
+    std::vector<int32_t> host_positions, host_begin, host_end;
+    int64_t rows = 0;
   };
   // The buffers, from an Arena or (bytes()) a MemCounter; `threads` sizes the attention scratch.
   template <class A>

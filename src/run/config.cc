@@ -1,4 +1,4 @@
-// RunConfig from TOML, `--set` overrides and JSON. Every key lives in one table (kFields below):
+// RunConfig from TOML, `--set` overrides and JSON. Every key lives in one table (config_fields.cc):
 // the TOML reader, the override path, the JSON writer and reader and the "did you mean" hints
 // all walk it, so a new field is one line there and cannot be forgotten by any of them.
 #include "run/config.h"
@@ -19,221 +19,13 @@
 
 #include "core/enum_names.h"
 #include "core/error.h"
+#include "run/config_fields.h"
 #include "run/config_validate.h"
 #include "run/toml_guard.h"
 
 namespace strata {
 
 namespace {
-
-// A field whose values are the names of an enum (core/enum_names.h), type-erased so that every
-// option enum shares one path through TOML, --set and JSON: a value is parsed once, here, and a
-// bad one names the key and every accepted name.
-struct EnumRef {
-  void* value;
-  std::span<const std::string_view> names;
-  size_t (*get)(const void*);
-  void (*set)(void*, size_t);
-
-  template <class E>
-  static EnumRef of(E* p) {
-    return {p, enum_names<E>(),
-            [](const void* v) { return static_cast<size_t>(*static_cast<const E*>(v)); },
-            [](void* v, size_t i) { *static_cast<E*>(v) = static_cast<E>(i); }};
-  }
-  std::string_view name() const { return names[get(value)]; }
-  void assign(const std::string& where, const std::string& key, std::string_view name) const {
-    for (size_t i = 0; i < names.size(); ++i)
-      if (names[i] == name) return set(value, i);
-    fail(where, ": ", key, ": unknown value '", name, "' (expected ", quoted_names(names), ")");
-  }
-};
-
-using FieldRef = std::variant<int64_t*, uint64_t*, float*, double*, bool*, std::string*,
-                              std::vector<std::string>*, std::vector<int64_t>*, EnumRef>;
-
-template <class T>
-FieldRef field_ref(T* p) {
-  if constexpr (std::is_enum_v<T>)
-    return EnumRef::of(p);
-  else
-    return p;
-}
-
-struct Field {
-  const char* key;  // "section.name", as written in TOML and JSON
-  FieldRef (*ref)(RunConfig&);
-};
-
-#define STRATA_FIELD(section, name)                                                          \
-  Field {                                                                                    \
-#section "." #name, [](RunConfig & c) -> FieldRef { return field_ref(&c.section.name); } \
-  }
-
-const Field kFields[] = {
-    STRATA_FIELD(model, family),
-    STRATA_FIELD(model, n_layer),
-    STRATA_FIELD(model, n_head),
-    STRATA_FIELD(model, n_kv_head),
-    STRATA_FIELD(model, d_model),
-    STRATA_FIELD(model, d_ff),
-    STRATA_FIELD(model, vocab_size),
-    STRATA_FIELD(model, max_seq_len),
-    STRATA_FIELD(model, norm_eps),
-    STRATA_FIELD(model, rope_theta),
-    STRATA_FIELD(model, rope_scaling),
-    STRATA_FIELD(model, rope_factor),
-    STRATA_FIELD(model, rope_low_freq_factor),
-    STRATA_FIELD(model, rope_high_freq_factor),
-    STRATA_FIELD(model, rope_original_max_seq_len),
-    // model.head_dim: the member is attn_head_dim (ModelConfig::head_dim() is the derived width).
-    Field{"model.head_dim", [](RunConfig& c) -> FieldRef { return &c.model.attn_head_dim; }},
-    STRATA_FIELD(model, tie_embeddings),
-    STRATA_FIELD(model, init_std),
-    STRATA_FIELD(model, attention),
-    STRATA_FIELD(model.moe, experts),
-    STRATA_FIELD(model.moe, top_k),
-    STRATA_FIELD(model.moe, expert_ffn),
-    STRATA_FIELD(model.moe, gating),
-    STRATA_FIELD(model.moe, normalize_topk),
-    STRATA_FIELD(model.moe, routed_scale),
-    STRATA_FIELD(model.moe, aux_loss_coeff),
-    STRATA_FIELD(model.moe, aux_loss_scope),
-    STRATA_FIELD(model.moe, z_loss_coeff),
-    STRATA_FIELD(model.moe, capacity_factor),
-    STRATA_FIELD(model.moe, shared_experts),
-    STRATA_FIELD(model.moe, shared_ffn),
-    STRATA_FIELD(model.moe, activation),
-    STRATA_FIELD(model.moe, bias_update_rate),
-    STRATA_FIELD(train, steps),
-    STRATA_FIELD(train, seed),
-    STRATA_FIELD(train, batch_size),
-    STRATA_FIELD(train, seq_len),
-    STRATA_FIELD(train, grad_accum),
-    STRATA_FIELD(train, eval_every),
-    STRATA_FIELD(train, eval_batches),
-    STRATA_FIELD(train, log_every),
-    STRATA_FIELD(train, checkpoint_every),
-    STRATA_FIELD(train, keep_last),
-    STRATA_FIELD(train, async_checkpoint),
-    STRATA_FIELD(train, precision),
-    STRATA_FIELD(train, recompute),
-    STRATA_FIELD(train, recompute_layers),
-    STRATA_FIELD(train, activation_offload),
-    STRATA_FIELD(optim, lr),
-    STRATA_FIELD(optim, min_lr),
-    STRATA_FIELD(optim, warmup_steps),
-    STRATA_FIELD(optim, decay),
-    STRATA_FIELD(optim, beta1),
-    STRATA_FIELD(optim, beta2),
-    STRATA_FIELD(optim, eps),
-    STRATA_FIELD(optim, weight_decay),
-    STRATA_FIELD(optim, grad_clip),
-    STRATA_FIELD(optim, offload),
-    STRATA_FIELD(optim, offload_dir),
-    STRATA_FIELD(optim, offload_chunk_mb),
-    STRATA_FIELD(data, source),
-    STRATA_FIELD(data, text),
-    STRATA_FIELD(data, dir),
-    STRATA_FIELD(data, document_separator),
-    STRATA_FIELD(data, val_fraction),
-    STRATA_FIELD(data, verify_checksums),
-    STRATA_FIELD(data, dedup),
-    STRATA_FIELD(data, document_mask),
-    STRATA_FIELD(data, eos_id),
-    STRATA_FIELD(data.filters, min_doc_chars),
-    STRATA_FIELD(data.filters, max_doc_chars),
-    STRATA_FIELD(data.filters, max_repeat_fraction),
-    STRATA_FIELD(data.filters, max_nonprint_fraction),
-    STRATA_FIELD(run, dir),
-    STRATA_FIELD(run, resume),
-    STRATA_FIELD(system, threads),
-    STRATA_FIELD(parallel, tp),
-    STRATA_FIELD(parallel, pp),
-    STRATA_FIELD(parallel, dp),
-    STRATA_FIELD(parallel, zero),
-    STRATA_FIELD(parallel, ep),
-    STRATA_FIELD(parallel, cp),
-    STRATA_FIELD(parallel, cp_impl),
-    STRATA_FIELD(parallel, sp),
-    STRATA_FIELD(parallel, vpp),
-    STRATA_FIELD(parallel, schedule),
-    STRATA_FIELD(parallel, micro_batches),
-    STRATA_FIELD(parallel, stage_layers),
-    STRATA_FIELD(parallel, bucket_mb),
-    STRATA_FIELD(parallel, overlap),
-    STRATA_FIELD(parallel, comm_timeout_s),
-    STRATA_FIELD(parallel, grad_reduce_dtype),
-    STRATA_FIELD(system, memory_limit_mb),
-    STRATA_FIELD(system, device),
-    STRATA_FIELD(fp16, loss_scale),
-    STRATA_FIELD(fp16, initial_scale_power),
-    STRATA_FIELD(fp16, loss_scale_window),
-    STRATA_FIELD(fp16, hysteresis),
-    STRATA_FIELD(fp16, min_loss_scale),
-    STRATA_FIELD(fp16, consecutive_hysteresis),
-    STRATA_FIELD(sample, prompt),
-    STRATA_FIELD(sample, max_new_tokens),
-    STRATA_FIELD(sample, temperature),
-    STRATA_FIELD(sample, top_k),
-    STRATA_FIELD(fault, crash_rank),
-    STRATA_FIELD(fault, crash_step),
-    STRATA_FIELD(fault, attempt),
-    STRATA_FIELD(fault, hang_rank),
-    STRATA_FIELD(fault, hang_step),
-    STRATA_FIELD(fault, slow_rank),
-    STRATA_FIELD(fault, slow_ms),
-    STRATA_FIELD(fault, nan_rank),
-    STRATA_FIELD(fault, nan_step),
-    STRATA_FIELD(fault, nan_steps),
-    STRATA_FIELD(fault, spike_step),
-    STRATA_FIELD(fault, diverge_rank),
-    STRATA_FIELD(fault, diverge_step),
-    STRATA_FIELD(fault, corrupt_step),
-    STRATA_FIELD(fault, fail_save_step),
-    STRATA_FIELD(anomaly, max_nonfinite),
-    STRATA_FIELD(anomaly, spike_window),
-    STRATA_FIELD(anomaly, spike_warmup),
-    STRATA_FIELD(anomaly, spike_zscore),
-    STRATA_FIELD(anomaly, spike_action),
-    STRATA_FIELD(anomaly, replica_check_every),
-    STRATA_FIELD(anomaly, straggler_factor),
-    STRATA_FIELD(anomaly, link_probe_kib),
-    STRATA_FIELD(anomaly, link_probe_every),
-    STRATA_FIELD(anomaly, router_collapse_fraction),
-    STRATA_FIELD(anomaly, router_collapse_steps),
-    STRATA_FIELD(track, tensorboard),
-    Field{"post_train.register",
-          [](RunConfig& c) -> FieldRef { return &c.post_train.register_model; }},
-    STRATA_FIELD(post_train, name),
-    STRATA_FIELD(post_train, registry),
-    STRATA_FIELD(post_train, eval_command),
-    STRATA_FIELD(mlflow, tracking_uri),
-    STRATA_FIELD(mlflow, experiment),
-    STRATA_FIELD(mlflow, run_name),
-    STRATA_FIELD(mlflow, log_checkpoint),
-    STRATA_FIELD(profile, enabled),
-    STRATA_FIELD(profile, start_step),
-    STRATA_FIELD(profile, steps),
-    STRATA_FIELD(profile, max_events),
-};
-
-#undef STRATA_FIELD
-
-const char* const kSections[] = {"model",        "model.moe", "train",   "optim",    "data",
-                                 "data.filters", "run",       "system",  "parallel", "sample",
-                                 "fp16",         "fault",     "anomaly", "track",    "profile",
-                                 "post_train",   "mlflow"};
-
-const Field* find_field(const std::string& key) {
-  for (const Field& f : kFields)
-    if (key == f.key) return &f;
-  return nullptr;
-}
-
-bool is_section(const std::string& key) {
-  return std::find(std::begin(kSections), std::end(kSections), key) != std::end(kSections);
-}
 
 // ---- "did you mean" -------------------------------------------------------------------------
 
@@ -268,7 +60,7 @@ std::string section_of(const std::string& key) {
 std::string closest_key(const std::string& key) {
   std::string best;
   size_t best_distance = SIZE_MAX;
-  for (const Field& f : kFields) {
+  for (const Field& f : config_fields()) {
     const std::string candidate = f.key;
     const size_t other_section = section_of(key) == section_of(candidate) ? 0 : 2;
     size_t d = std::min(edit_distance(key, candidate),
@@ -678,7 +470,7 @@ RunConfig load_config_for_plan(const std::string& path, const std::vector<std::s
 nlohmann::json config_to_json(const RunConfig& config) {
   RunConfig copy = config;  // the field table hands out mutable pointers
   nlohmann::json j = nlohmann::json::object();
-  for (const Field& f : kFields) {
+  for (const Field& f : config_fields()) {
     nlohmann::json* node = &j;
     const std::string key = f.key;
     size_t start = 0;

@@ -194,10 +194,6 @@ void validate_config(RunConfig& c, const std::string& where,
   }
   check(c.data.eos_id < c.model.vocab_size, where, "data.eos_id = ", c.data.eos_id,
         " is outside the vocabulary [0, ", c.model.vocab_size, ")");
-  if (p.cp > 1 || c.data.document_mask)
-    engine_limit(c.system.device == Device::cpu,
-                 "parallel.cp > 1 and data.document_mask run on the CPU only so far: set "
-                 "system.device = \"cpu\"");
   check(p.vpp >= 1, where, "parallel.vpp: must be at least 1, got ", p.vpp);
   check(p.vpp == 1 || p.pp > 1, where, "parallel.vpp = ", p.vpp,
         " needs parallel.pp > 1 (virtual stages interleave chunks across pipeline ranks)");

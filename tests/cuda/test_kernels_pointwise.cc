@@ -99,8 +99,8 @@ TEST(CudaRope, ForwardAndBackwardMatchCpuAndLeaveVAlone) {
     kernels::rope_forward(fwd.data(), shape, rope);
     kernels::rope_backward(bwd.data(), shape, rope);
     DeviceBuffer<float> gf(qkv), gb(qkv);
-    rope_forward(gf.get(), shape, rope, stream.get());
-    rope_backward(gb.get(), shape, rope, stream.get());
+    rope_forward(gf.get(), shape, rope, nullptr, stream.get());
+    rope_backward(gb.get(), shape, rope, nullptr, stream.get());
     const Vec got_f = gf.download(), got_b = gb.download();
     EXPECT_TRUE(all_close(got_f, fwd, 1e-5)) << "t=" << s.t << " hd=" << s.hd;
     EXPECT_TRUE(all_close(got_b, bwd, 1e-5)) << "t=" << s.t << " hd=" << s.hd;
@@ -110,7 +110,7 @@ TEST(CudaRope, ForwardAndBackwardMatchCpuAndLeaveVAlone) {
       ASSERT_EQ(std::memcmp(&got_f[r * row + v0], &qkv[r * row + v0], s.nkv * s.hd * 4), 0);
     }
   }
-  EXPECT_THROW(rope_forward(nullptr, {1, 1, 1, 1, 5}, RopeSpec{}, stream.get()), Error);
+  EXPECT_THROW(rope_forward(nullptr, {1, 1, 1, 1, 5}, RopeSpec{}, nullptr, stream.get()), Error);
 }
 
 TEST(CudaElementwise, AddsAndScalesBitForBitLikeCpu) {

@@ -13,17 +13,9 @@
 #   outside CI; under CI that is a failure)
 set -uo pipefail
 strata=$1 hello=$2 src=$3
-hosts="$src/scripts/emulated_hosts.sh"
-skip() {
-  if [ -n "${CI:-}" ]; then echo "FAILED (CI is set, so this is not a skip): $1"; exit 1; fi
-  echo "SKIP: $1"
-  exit 77
-}
-fail() { echo "FAILED: $1"; exit 1; }
-[ "$(id -u)" = 0 ] || skip "needs root (ip netns)"
-id=$(( $$ % 150 + 40 ))
-"$hosts" down "$id"
-"$hosts" up "$id" 2 || { "$hosts" down "$id"; skip "cannot make network namespaces here"; }
+source "$src/tests/launch/multihost_lib.sh"
+require_root "ip netns"
+hosts_up 2
 work=$(mktemp -d "${TMPDIR:-/tmp}/strata_multihost.XXXXXX")
 trap '"$hosts" down "$id"; rm -rf "$work"' EXIT
 "$hosts" hostfile "$id" 2 > "$work/hostfile"
@@ -66,23 +58,7 @@ print("losses on one host: ", b)
 assert len(a) == 4 and a == b
 PY
 # The last step in a run's metrics (0 before the first).
-step_of() {
-  python3 -c "import json,sys; print(max([json.loads(l)['step'] for l in open(sys.argv[1]) if '\"loss\"' in l] or [0]))" \
-    "$work/$1/metrics.jsonl" 2>/dev/null || echo 0
-}
 
-# One fault's figures: when it struck, how long until the launcher saw the job fail, how long the
-# restart took to finish, and the steps lost (the fault's step minus the resumed checkpoint's).
-report() {  # WHAT STEP T_FAULT T_DETECTED T_DONE LOG
-  python3 - "$@" <<'PY'
-import re, sys
-what, at, t0, t1, t2, log = sys.argv[1], int(sys.argv[2]), *map(float, sys.argv[3:6]), sys.argv[6]
-m = re.findall(r"resumed from .* at step (\d+)", open(log).read())
-assert m, "no resumed run in " + log
-print(f"{what} at step {at}: detected in {t1 - t0:.1f} s, the restarted job done {t2 - t1:.1f} s "
-      f"later; resumed from step {m[-1]}, {at - int(m[-1])} steps lost, none committed")
-PY
-}
 
 # 3. A host lost mid-step: every process of host 2 SIGKILLed after the checkpoint of step 10.
 #    strata launch sees the job fail, restarts it from the last committed checkpoint on the same
@@ -103,7 +79,7 @@ fault=(--set data.source=synthetic --set train.steps=30 --set train.eval_every=0
     --max-restarts 1 -- "$src/configs/tiny.toml" "${fault[@]}" --set "run.dir=$work/lost" \
     > "$work/lost.log" 2>&1 &
   job=$!
-  for _ in $(seq 1 600); do [ "$(step_of lost)" -ge 13 ] && break; sleep 0.1; done
+  wait_step lost 13
   at=$(step_of lost)
   t0=$(date +%s.%N)
   for pid in $(ip netns pids "strata-$id-h2"); do kill -9 "$pid" 2>/dev/null || true; done
@@ -134,7 +110,7 @@ python3 "$src/tests/tools/same_checkpoint.py" "$work/clean" "$work/lost" 30 ||
     --max-restarts 2 --startup-timeout 60 -- "$src/configs/tiny.toml" "${fault[@]}" \
     --set parallel.comm_timeout_s=5 --set "run.dir=$work/cut" > "$work/cut.log" 2>&1 &
   job=$!
-  for _ in $(seq 1 600); do [ "$(step_of cut)" -ge 13 ] && break; sleep 0.1; done
+  wait_step cut 13
   at=$(step_of cut)
   t0=$(date +%s.%N)
   ip link set "sv$id-2" down

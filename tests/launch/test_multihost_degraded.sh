@@ -19,17 +19,9 @@
 #   outside CI; under CI that is a failure)
 set -uo pipefail
 strata=$1 src=$2
-hosts="$src/scripts/emulated_hosts.sh"
-skip() {
-  if [ -n "${CI:-}" ]; then echo "FAILED (CI is set, so this is not a skip): $1"; exit 1; fi
-  echo "SKIP: $1"
-  exit 77
-}
-fail() { echo "FAILED: $1"; exit 1; }
-[ "$(id -u)" = 0 ] || skip "needs root (ip netns)"
-id=$(( $$ % 150 + 40 ))
-"$hosts" down "$id"
-"$hosts" up "$id" 3 || { "$hosts" down "$id"; skip "cannot make network namespaces here"; }
+source "$src/tests/launch/multihost_lib.sh"
+require_root "ip netns"
+hosts_up 3
 work=$(mktemp -d "${TMPDIR:-/tmp}/strata_degraded.XXXXXX")
 trap '"$hosts" down "$id"; rm -rf "$work"' EXIT
 "$hosts" hostfile "$id" 2 > "$work/hostfile"
@@ -49,11 +41,6 @@ run() {  # NAME [launch options...]: a job across the hosts, in the background (
     "$src/configs/tiny.toml" "${args[@]}" --set "run.dir=$work/$name" > "$work/$name.log" 2>&1 &
   job=$!
 }
-step_of() {  # the last step in a run's metrics (0 before the first)
-  python3 -c "import json,sys; print(max([json.loads(l)['step'] for l in open(sys.argv[1]) if '\"loss\"' in l] or [0]))" \
-    "$work/$1/metrics.jsonl" 2>/dev/null || echo 0
-}
-wait_step() { for _ in $(seq 1 1200); do [ "$(step_of "$1")" -ge "$2" ] && break; sleep 0.1; done; }
 shape() {  # add|del: host 2's link, both directions
   local how=(root tbf rate 10mbit burst 32kb latency 100ms)
   [ "$1" = del ] && how=(root)
@@ -107,15 +94,8 @@ t2=$(date +%s.%N)
 grep -E "strata launch: (.*exited|elastic|restarting)" "$work/elastic.log" | cut -c1-260 | sed 's/^/    /'
 grep -q "elastic: host $net.13 cannot be brought back; restarting on 4 ranks of the 2 host(s)" \
   "$work/elastic.log" || fail "the elastic restart did not drop host 3"
-python3 - "$at" "$t0" "$t1" "$t2" "$work/elastic.log" <<'PY'
-import re, sys
-at, t0, t1, t2, log = int(sys.argv[1]), *map(float, sys.argv[2:5]), sys.argv[5]
-m = re.findall(r"resumed from .* at step (\d+)", open(log).read())
-assert m, "no resumed run in " + log
-print(f"host 3 lost for good at step {at}: dropped after {t1 - t0:.1f} s; the job on 2 hosts done "
-      f"{t2 - t1:.1f} s later; resumed from step {m[-1]}, {at - int(m[-1])} steps lost, none "
-      "committed")
-PY
+report "host 3 lost for good (dropped from the hostfile, on 2 hosts after)" "$at" "$t0" "$t1" "$t2" \
+  "$work/elastic.log"
 for r in clean elastic; do
   "$strata" export "$work/$r" --hf "$work/$r.hf" --no-tokenizer > /dev/null ||
     fail "cannot export $r's final checkpoint"
@@ -143,15 +123,7 @@ t2=$(date +%s.%N)
 grep -E "strata launch: .*(exited|restarting in)" "$work/back.log" | cut -c1-220 | sed 's/^/    /'
 grep -q "waiting for host $net.13 to come back" "$work/back.log" ||
   fail "the restarts did not wait for host 3"
-python3 - "$at" "$t0" "$t1" "$t2" "$work/back.log" <<'PY'
-import re, sys
-at, t0, t1, t2, log = int(sys.argv[1]), *map(float, sys.argv[2:5]), sys.argv[5]
-m = re.findall(r"resumed from .* at step (\d+)", open(log).read())
-assert m, "no resumed run in " + log
-print(f"host 3 down for 10 s at step {at}: detected in {t1 - t0:.1f} s; the job on all 3 hosts "
-      f"again and done {t2 - t1:.1f} s later; resumed from step {m[-1]}, {at - int(m[-1])} steps "
-      "lost, none committed")
-PY
+report "host 3 down for 10 s (back on all 3 hosts after)" "$at" "$t0" "$t1" "$t2" "$work/back.log"
 python3 "$src/tests/tools/same_checkpoint.py" "$work/clean" "$work/back" 30 ||
   fail "the run resumed after the host came back differs"
 echo "multihost degraded: all checks passed"

@@ -21,16 +21,9 @@ if [ $# -ne 3 ]; then
   exit 2
 fi
 strata=$1 hello=$2 src=$3
-hosts="$src/scripts/emulated_hosts.sh"
-skip() {
-  if [ -n "${CI:-}" ]; then echo "FAILED (CI is set, so this is not a skip): $1"; exit 1; fi
-  echo "SKIP: $1"
-  exit 77
-}
-fail() { echo "FAILED: $1"; exit 1; }
-[ "$(id -u)" = 0 ] || skip "needs root (ip netns, SLURM's daemons)"
+source "$src/tests/launch/multihost_lib.sh"
+require_root "ip netns, SLURM's daemons"
 t0=$SECONDS
-id=$(( $$ % 150 + 40 ))
 work=$(mktemp -d "${TMPDIR:-/tmp}/strata_slurm_hosts.XXXXXX")
 # The cluster's own scratch directory and port (6900 + ID): it can run beside the single-node one.
 export STRATA_SLURM_HOSTS=$id:2 STRATA_SLURM_DIR=$work/slurm
@@ -43,12 +36,7 @@ cleanup() {
   "$hosts" down "$id"
   rm -rf "$work"
 }
-"$hosts" down "$id"
-if ! "$hosts" up "$id" 2; then
-  "$hosts" down "$id"
-  rm -rf "$work"
-  skip "cannot make network namespaces here"
-fi
+hosts_up 2  # (removes $work if it skips)
 trap cleanup EXIT
 trap 'exit 1' INT TERM
 if ! "$src/scripts/slurm/start.sh" > "$work/start.log" 2>&1; then

@@ -29,6 +29,11 @@ class ForwardingBackend : public Backend {
     const Call call(*this);
     inner_.copy_to_host(host, src, bytes);
   }
+  void copy_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width,
+               size_t rows) override {
+    const Call call(*this);
+    inner_.copy_2d(dst, dst_pitch, src, src_pitch, width, rows);
+  }
   void zero(void* dst, size_t bytes) override {
     const Call call(*this);
     inner_.zero(dst, bytes);

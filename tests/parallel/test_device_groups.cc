@@ -3,7 +3,9 @@
 // (ProcessGroups::route_through): operations on device buffers go through GuardedComm (standing
 // for NCCL: it alone may reach device memory), host buffers over MPI as before. Any host access
 // to a device buffer outside the backend and the device comm crashes; and every step's loss and
-// the final parameters must equal the plain CPU run's bit for bit. Run as 2 ranks.
+// the final parameters must equal the plain CPU run's bit for bit. Run as 2 ranks. The cases with
+// parallel.cp > 1 and document masking check the same of ContextAttention: its ring sends and
+// Ulysses all-to-alls on device buffers, its masks uploaded.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -132,13 +134,27 @@ int world_size() {
   return n;
 }
 
-RunConfig config_for(const std::string& family, int64_t tp, int64_t pp, int64_t zero,
-                     const std::string& dir) {
-  std::vector<std::string> sets = {
-      "model.family=" + family,  "run.dir=" + dir,        "run.resume=none",
-      cat("parallel.tp=", tp),   cat("parallel.pp=", pp), cat("parallel.zero=", zero),
-      "parallel.bucket_mb=0.02", "train.grad_accum=2",    "model.attention=flash"};
-  if (family == "llama") sets.push_back("model.n_kv_head=2");
+struct Layoutcase {
+  std::string family;
+  int64_t tp, pp, zero;
+  int64_t cp = 1;
+  std::string cp_impl = "ring";
+  bool document_mask = false;
+};
+
+RunConfig config_for(const Layoutcase& lc, const std::string& dir) {
+  std::vector<std::string> sets = {"model.family=" + lc.family, "run.dir=" + dir,
+                                   "run.resume=none",           cat("parallel.tp=", lc.tp),
+                                   cat("parallel.pp=", lc.pp),  cat("parallel.zero=", lc.zero),
+                                   cat("parallel.cp=", lc.cp),  "parallel.cp_impl=" + lc.cp_impl,
+                                   "parallel.bucket_mb=0.02",   "train.grad_accum=2",
+                                   "model.attention=flash"};
+  if (lc.family == "llama") sets.push_back("model.n_kv_head=2");
+  if (lc.document_mask) {
+    sets.push_back("data.document_mask=true");
+    sets.push_back("data.eos_id=7");  // synthetic tokens: about one document start in 256 rows
+    sets.push_back("model.vocab_size=16");  // ... here one in 16, several a sequence
+  }
   return parse_config(R"(
 [model]
 n_layer = 2
@@ -160,28 +176,26 @@ source = "synthetic"
                       "test", sets);
 }
 
-struct Layoutcase {
-  std::string family;
-  int64_t tp, pp, zero;
-};
-
 class DeviceGroups : public ::testing::TestWithParam<Layoutcase> {};
 
 TEST_P(DeviceGroups, TrainsBitwiseLikeTheCpuTouchingDeviceBuffersOnlyThroughBackendAndComm) {
   const Layoutcase lc = GetParam();
   const int world = world_size();
-  if (world % (lc.tp * lc.pp) != 0)
-    GTEST_SKIP() << "tp " << lc.tp << " x pp " << lc.pp << " does not divide " << world;
-  const std::string tag = cat(lc.family, "_tp", lc.tp, "_pp", lc.pp, "_z", lc.zero);
-  const Layout layout = resolve_layout(static_cast<int>(lc.tp), static_cast<int>(lc.pp), 0,
-                                       static_cast<int>(lc.zero), world);
+  if (world % (lc.tp * lc.pp * lc.cp) != 0)
+    GTEST_SKIP() << "tp " << lc.tp << " x pp " << lc.pp << " x cp " << lc.cp << " does not divide "
+                 << world;
+  const std::string tag = cat(lc.family, "_tp", lc.tp, "_pp", lc.pp, "_z", lc.zero, "_cp", lc.cp,
+                              lc.cp_impl, lc.document_mask ? "_docs" : "");
+  const Layout layout =
+      resolve_layout(static_cast<int>(lc.tp), static_cast<int>(lc.pp), 0, static_cast<int>(lc.zero),
+                     world, /*ep=*/1, static_cast<int>(lc.cp));
   const std::string base =
       (std::filesystem::temp_directory_path() / "strata_device_groups").string();
   std::vector<double> cpu_losses;
   std::vector<float> cpu_params;
   {
     ProcessGroups groups = ProcessGroups::create(layout);
-    Trainer t(config_for(lc.family, lc.tp, lc.pp, lc.zero, cat(base, "/cpu_", tag)), &groups);
+    Trainer t(config_for(lc, cat(base, "/cpu_", tag)), &groups);
     for (int i = 0; i < 4; ++i) cpu_losses.push_back(t.train_step().loss);
     cpu_params = t.global_params();
   }
@@ -198,14 +212,18 @@ TEST_P(DeviceGroups, TrainsBitwiseLikeTheCpuTouchingDeviceBuffersOnlyThroughBack
   routes.dp = guarded(groups.mpi_dp());
   routes.tp = guarded(groups.mpi_tp());
   routes.pp = guarded(groups.mpi_pp());
+  routes.cp = guarded(groups.mpi_cp());
+  const GuardedComm* cp_comm = comms.back();
   groups.route_through(std::move(routes));
-  Trainer t(config_for(lc.family, lc.tp, lc.pp, lc.zero, cat(base, "/guarded_", tag)), &groups,
-            &device);
+  Trainer t(config_for(lc, cat(base, "/guarded_", tag)), &groups, &device);
   for (int i = 0; i < 4; ++i) EXPECT_EQ(t.train_step().loss, cpu_losses[i]) << "step " << i;
   EXPECT_EQ(t.global_params(), cpu_params);
   int64_t device_ops = 0;
   for (const GuardedComm* c : comms) device_ops += c->device_ops();
   EXPECT_GT(device_ops, 0) << "no operation reached device buffers: the routes were not used";
+  if (lc.cp > 1) {
+    EXPECT_GT(cp_comm->device_ops(), 0) << "the cp group's route moved no device buffer";
+  }
   EXPECT_TRUE(device.guarded_memory().locked());
 }
 
@@ -214,10 +232,17 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Layoutcase{"gpt2", 1, 1, 0}, Layoutcase{"gpt2", 1, 1, 1},
                       Layoutcase{"gpt2", 1, 1, 2}, Layoutcase{"llama", 1, 1, 3},
                       Layoutcase{"gpt2", 2, 1, 0}, Layoutcase{"llama", 2, 1, 1},
-                      Layoutcase{"gpt2", 1, 2, 0}, Layoutcase{"llama", 1, 2, 0}),
+                      Layoutcase{"gpt2", 1, 2, 0}, Layoutcase{"llama", 1, 2, 0},
+                      Layoutcase{"gpt2", 1, 1, 0, 1, "ring", true},
+                      Layoutcase{"llama", 1, 1, 1, 2, "ring", false},
+                      Layoutcase{"llama", 1, 1, 0, 2, "ring", true},
+                      Layoutcase{"llama", 1, 1, 0, 2, "ulysses", false},
+                      Layoutcase{"gpt2", 1, 1, 3, 2, "ulysses", true}),
     [](const auto& param_info) {
       const Layoutcase& c = param_info.param;
-      return cat(c.family, "_tp", c.tp, "_pp", c.pp, "_zero", c.zero);
+      return cat(c.family, "_tp", c.tp, "_pp", c.pp, "_zero", c.zero,
+                 c.cp > 1 ? cat("_cp", c.cp, "_", c.cp_impl) : std::string(),
+                 c.document_mask ? "_docmask" : "");
     });
 
 }  // namespace

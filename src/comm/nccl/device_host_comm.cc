@@ -169,6 +169,7 @@ std::unique_ptr<DeviceRoutes> make_device_routes(ProcessGroups& groups, int devi
   r.dp = std::make_unique<DeviceHostComm>(groups.mpi_dp(), *n.dp);
   r.tp = std::make_unique<DeviceHostComm>(groups.mpi_tp(), *n.tp);
   r.pp = std::make_unique<DeviceHostComm>(groups.mpi_pp(), *n.pp);
+  r.cp = std::make_unique<DeviceHostComm>(groups.mpi_cp(), *n.cp);
   groups.route_through(std::move(r));
   return routes;
 }

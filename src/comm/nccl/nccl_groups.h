@@ -1,4 +1,4 @@
-// NcclGroups: the NCCL twins of a ProcessGroups (world, dp, tp, pp), each built over its MPI
+// NcclGroups: the NCCL twins of a ProcessGroups (world, dp, tp, pp, cp), each built over its MPI
 // group (which carries the NCCL unique id), on this rank's device. The trainer keeps both: MPI for
 // host buffers and control, NCCL for device buffers (gradients, parameters, activations).
 #pragma once
@@ -13,7 +13,7 @@
 namespace strata {
 
 struct NcclGroups {
-  std::unique_ptr<NcclComm> world, dp, tp, pp;
+  std::unique_ptr<NcclComm> world, dp, tp, pp, cp;
 
   // Forwarded to every group.
   void set_step(int64_t step);
@@ -25,8 +25,8 @@ struct NcclGroups {
 };
 
 // Collective over every rank of `groups` (each rank creates its groups in the same order: world,
-// tp, dp, pp). `device`: this rank's GPU (local_device() for one rank per GPU). Size-1 groups get
-// an NCCL communicator too (NCCL handles one rank without moving data), so that callers never
+// tp, dp, pp, cp). `device`: this rank's GPU (local_device() for one rank per GPU). Size-1 groups
+// get an NCCL communicator too (NCCL handles one rank without moving data), so that callers never
 // special-case them. Non-const: the id broadcasts are operations of the MPI groups.
 NcclGroups make_nccl_groups(ProcessGroups& groups, int device);
 

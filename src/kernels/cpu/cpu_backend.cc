@@ -63,15 +63,32 @@ class CpuBackend final : public Backend {
     copy(dst, host, bytes);
   }
   void copy_to_host(void* host, const void* src, size_t bytes) override { copy(host, src, bytes); }
-  void zero(void* dst, size_t bytes) override { std::memset(dst, 0, bytes); }
-  void fill(float* dst, float value, int64_t count) override { std::fill(dst, dst + count, value); }
+  void copy_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width,
+               size_t rows) override {
+    auto* d = static_cast<char*>(dst);
+    const auto* s = static_cast<const char*>(src);
+#pragma omp parallel for schedule(static) if (rows * width >= (size_t{1} << 16))
+    for (size_t i = 0; i < rows; ++i) std::memcpy(d + i * dst_pitch, s + i * src_pitch, width);
+  }
+  void zero(void* dst, size_t bytes) override {
+    std::memset(dst, 0, bytes);
+  }
+  void fill(float* dst, float value, int64_t count) override {
+    std::fill(dst, dst + count, value);
+  }
   void synchronize() override {}
-  void* alloc_host(size_t bytes) override { return aligned_host_alloc(bytes); }
-  void free_host(void* ptr) override { std::free(ptr); }
+  void* alloc_host(size_t bytes) override {
+    return aligned_host_alloc(bytes);
+  }
+  void free_host(void* ptr) override {
+    std::free(ptr);
+  }
   std::unique_ptr<CopyQueue> make_copy_queue() override {
     return make_synchronous_copy_queue(*this);
   }
-  bool supports_naive_attention() const override { return true; }
+  bool supports_naive_attention() const override {
+    return true;
+  }
 
   void gemm(DType ab, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
             const void* a, int64_t lda, const void* b, int64_t ldb, float beta, float* c,
@@ -340,14 +357,18 @@ class CpuBackend final : public Backend {
   void add_inplace(float* y, const float* x, int64_t count) override {
     k::add_inplace(y, x, count);
   }
-  void scale_inplace(float* y, float s, int64_t count) override { k::scale_inplace(y, s, count); }
+  void scale_inplace(float* y, float s, int64_t count) override {
+    k::scale_inplace(y, s, count);
+  }
   void adamw_update(float* p, const float* g, float* m, float* v, int64_t count, float lr,
                     float beta1, float beta2, float eps, float weight_decay, float grad_scale,
                     int64_t step, uint16_t* p_bf16) override {
     k::adamw_update(p, g, m, v, count, lr, beta1, beta2, eps, weight_decay, grad_scale, step,
                     p_bf16);
   }
-  double sum_squares(const float* x, int64_t count) override { return k::sum_squares(x, count); }
+  double sum_squares(const float* x, int64_t count) override {
+    return k::sum_squares(x, count);
+  }
 };
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "kernels/cuda/attention_ranges.h"
 #include "kernels/cuda/copy_queue.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device.h"
@@ -195,20 +196,6 @@ void check_lowp(DType t, const char* what) {
        "system.device = \"cpu\")");
 }
 
-// Positions per row (context parallelism, document masking) come from host memory on the CPU
-// backend; the GPU kernels take position = row % t only so far.
-void positions_on_cpu_only(const int32_t* positions) {
-  STRATA_CHECK(positions == nullptr,
-               "CudaBackend: explicit positions (parallel.cp > 1 or data.document_mask) are not "
-               "on the GPU yet; use system.device = \"cpu\"");
-}
-
-[[noreturn]] void ranges_not_on_gpu() {
-  fail(
-      "CudaBackend: attention with key ranges (parallel.cp > 1, data.document_mask) is not on "
-      "the GPU yet; use system.device = \"cpu\"");
-}
-
 class CudaBackendImpl final : public CudaBackend {
  public:
   explicit CudaBackendImpl(int device)
@@ -244,6 +231,12 @@ class CudaBackendImpl final : public CudaBackend {
     if (bytes == 0) return;
     STRATA_CUDA_CHECK(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, s()));
     stream_.synchronize();
+  }
+  void copy_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width,
+               size_t rows) override {
+    if (width == 0 || rows == 0) return;
+    STRATA_CUDA_CHECK(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, rows,
+                                        cudaMemcpyDeviceToDevice, s()));
   }
   void zero(void* dst, size_t bytes) override {
     if (bytes == 0) return;
@@ -345,13 +338,11 @@ class CudaBackendImpl final : public CudaBackend {
   }
   void positions_add_forward(float* out, const float* wpe, int64_t first_row, int64_t n, int64_t t,
                              int64_t c, const int32_t* positions) override {
-    positions_on_cpu_only(positions);
-    cuda::positions_add_forward(out, wpe, first_row, n, t, c, s());
+    cuda::positions_add_forward(out, wpe, first_row, n, t, c, positions, s());
   }
   void positions_add_backward(float* dwpe, const float* dout, int64_t first_row, int64_t n,
                               int64_t t, int64_t c, const int32_t* positions) override {
-    positions_on_cpu_only(positions);
-    cuda::positions_add_backward(dwpe, dout, first_row, n, t, c, s());
+    cuda::positions_add_backward(dwpe, dout, first_row, n, t, c, positions, s());
   }
 
   // ---- norms, activations, RoPE ---------------------------------------------------------------
@@ -441,13 +432,11 @@ class CudaBackendImpl final : public CudaBackend {
   }
   void rope_forward(float* qkv, const AttentionShape& shape, const RopeSpec& rope,
                     const int32_t* positions) override {
-    positions_on_cpu_only(positions);
-    cuda::rope_forward(qkv, shape, rope, s());
+    cuda::rope_forward(qkv, shape, rope, positions, s());
   }
   void rope_backward(float* dqkv, const AttentionShape& shape, const RopeSpec& rope,
                      const int32_t* positions) override {
-    positions_on_cpu_only(positions);
-    cuda::rope_backward(dqkv, shape, rope, s());
+    cuda::rope_backward(dqkv, shape, rope, positions, s());
   }
   void head_rmsnorm_forward(float* qkv, float* pre, float* rstd, const float* wq, const float* wk,
                             const AttentionShape& shape, float eps) override {
@@ -516,22 +505,28 @@ class CudaBackendImpl final : public CudaBackend {
                                            sh.b, sh.t, sh.heads, sh.kv_heads, sh.head_dim)));
   }
 
-  // Context parallelism and document masking run on the CPU only so far.
-  void attention_ranges_forward(float*, float*, const float*, int64_t, const float*, const float*,
-                                int64_t, const int32_t*, const int32_t*,
-                                const RangeAttentionShape&) override {
-    ranges_not_on_gpu();
+  // Context parallelism and document masking (kernels/cuda/attention_ranges.h). The backward
+  // needs no scratch: it recomputes what the CPU kernel keeps in its per-thread tiles.
+  void attention_ranges_forward(float* out, float* lse, const float* q, int64_t q_stride,
+                                const float* k, const float* v, int64_t kv_stride,
+                                const int32_t* key_begin, const int32_t* key_end,
+                                const RangeAttentionShape& shape) override {
+    cuda::attention_ranges_forward(out, lse, q, q_stride, k, v, kv_stride, key_begin, key_end,
+                                   shape, s());
   }
-  void attention_ranges_merge(float*, float*, const float*, const float*,
-                              const RangeAttentionShape&) override {
-    ranges_not_on_gpu();
+  void attention_ranges_merge(float* out_acc, float* lse_acc, const float* out_part,
+                              const float* lse_part, const RangeAttentionShape& shape) override {
+    cuda::attention_ranges_merge(out_acc, lse_acc, out_part, lse_part, shape, s());
   }
   int64_t attention_ranges_backward_scratch(int64_t) const override { return 0; }
-  void attention_ranges_backward(float*, float*, float*, float*, const float*, const float*,
-                                 int64_t, const float*, const float*, int64_t, const float*,
-                                 const float*, const int32_t*, const int32_t*,
-                                 const RangeAttentionShape&) override {
-    ranges_not_on_gpu();
+  void attention_ranges_backward(float* dq, float* dk, float* dv, float* /*scratch*/,
+                                 const float* dout, const float* q, int64_t q_stride,
+                                 const float* k, const float* v, int64_t kv_stride,
+                                 const float* out, const float* lse, const int32_t* key_begin,
+                                 const int32_t* key_end,
+                                 const RangeAttentionShape& shape) override {
+    cuda::attention_ranges_backward(dq, dk, dv, dout, q, q_stride, k, v, kv_stride, out, lse,
+                                    key_begin, key_end, shape, s());
   }
 
   // ---- loss -----------------------------------------------------------------------------------

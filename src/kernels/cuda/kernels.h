@@ -56,11 +56,14 @@ void swiglu_backward(float* dgate_up, const float* gate_up, const float* dy, int
                      cudaStream_t stream);
 
 // ---- RoPE (Hugging Face Llama rotate_half) on qkv[b*t, (nh + 2*nkv)*hd], in place -------------
-// Rotates the q and k heads; the position of row (b, t) is t; inv_freq[i] = rope_inv_freq(rope,
-// i, hd) (kernels/rope_spec.h).
-void rope_forward(float* qkv, const AttentionShape& s, const RopeSpec& rope, cudaStream_t stream);
+// Rotates the q and k heads; the position of row r is positions[r] (device int32 per row: context
+// parallelism's global positions, document masking's restarts), or r % t when positions is null;
+// inv_freq[i] = rope_inv_freq(rope, i, hd) (kernels/rope_spec.h).
+void rope_forward(float* qkv, const AttentionShape& s, const RopeSpec& rope,
+                  const int32_t* positions, cudaStream_t stream);
 // The rotation by -angle, in place on dqkv.
-void rope_backward(float* dqkv, const AttentionShape& s, const RopeSpec& rope, cudaStream_t stream);
+void rope_backward(float* dqkv, const AttentionShape& s, const RopeSpec& rope,
+                   const int32_t* positions, cudaStream_t stream);
 
 // ---- Per-head RMSNorm of q and k (Qwen3), in place on qkv; as kernels/cpu/kernels.h -----------
 void head_rmsnorm_forward(float* qkv, float* pre, float* rstd, const float* wq, const float* wk,
@@ -113,12 +116,12 @@ void embedding_range_forward(float* out, const int32_t* tokens, const float* wte
 void embedding_range_backward(float* dwte_rows, const float* dout, const int32_t* tokens,
                               int64_t vocab_begin, int64_t vocab_count, int64_t n, int64_t c,
                               cudaStream_t stream);
-// out[i] += wpe[(first_row + i) % t]; backward dwpe[(first_row + i) % t] += dout[i] in row order
-// (bit for bit the CPU's).
+// out[i] += wpe[pos(i)]; backward dwpe[pos(i)] += dout[i] in row order (bit for bit the CPU's),
+// pos(i) = positions[first_row + i] (device int32 per row) or (first_row + i) % t when null.
 void positions_add_forward(float* out, const float* wpe, int64_t first_row, int64_t n, int64_t t,
-                           int64_t c, cudaStream_t stream);
+                           int64_t c, const int32_t* positions, cudaStream_t stream);
 void positions_add_backward(float* dwpe, const float* dout, int64_t first_row, int64_t n, int64_t t,
-                            int64_t c, cudaStream_t stream);
+                            int64_t c, const int32_t* positions, cudaStream_t stream);
 // Vocabulary-parallel cross-entropy, the three local steps (the caller reduces over the ranks in
 // between): row_max = local max; sum_exp = sum exp(x - row_max) (double exps and sum, as the CPU)
 // and target_logit (0 when the target is not local); finish writes losses (0 for target < 0)

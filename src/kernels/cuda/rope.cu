@@ -13,7 +13,8 @@ namespace strata::cuda {
 namespace {
 
 __global__ void rope_kernel(float* __restrict__ qkv, int64_t rows, int64_t t, int64_t heads,
-                            int64_t row_stride, int64_t hd, RopeSpec rope, float sign) {
+                            int64_t row_stride, int64_t hd, RopeSpec rope, float sign,
+                            const int32_t* __restrict__ positions) {
   const int64_t half = hd / 2;
   const int64_t count = rows * heads * half;
   for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < count;
@@ -22,7 +23,7 @@ __global__ void rope_kernel(float* __restrict__ qkv, int64_t rows, int64_t t, in
     const int64_t rest = idx / half;
     const int64_t h = rest % heads;
     const int64_t r = rest / heads;
-    const int64_t ti = r % t;
+    const int64_t ti = positions ? positions[r] : r % t;
     const double inv_freq = rope_inv_freq(rope, i, hd);
     const double angle = double(ti) * inv_freq;
     const double reduced = angle - 6.283185307179586 * rint(angle * 0.15915494309189535);
@@ -37,7 +38,7 @@ __global__ void rope_kernel(float* __restrict__ qkv, int64_t rows, int64_t t, in
 }
 
 void rope_rotate(float* qkv, const AttentionShape& s, const RopeSpec& rope, float sign,
-                 cudaStream_t stream) {
+                 const int32_t* positions, cudaStream_t stream) {
   const int64_t hd = s.head_dim;
   STRATA_CHECK(hd > 0 && hd % 2 == 0, "rope: head_dim ", hd, " must be even and positive");
   STRATA_CHECK(s.b >= 0 && s.t >= 0 && s.heads >= 0 && s.kv_heads >= 0, "rope: bad shape b=", s.b,
@@ -46,19 +47,20 @@ void rope_rotate(float* qkv, const AttentionShape& s, const RopeSpec& rope, floa
   const int64_t count = s.rows() * heads * (hd / 2);
   if (count == 0) return;
   rope_kernel<<<detail::grid_for(count), detail::kThreads, 0, stream>>>(
-      qkv, s.rows(), s.t, heads, s.qkv_width(), hd, rope, sign);
+      qkv, s.rows(), s.t, heads, s.qkv_width(), hd, rope, sign, positions);
   STRATA_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
 
-void rope_forward(float* qkv, const AttentionShape& s, const RopeSpec& rope, cudaStream_t stream) {
-  rope_rotate(qkv, s, rope, 1.0f, stream);
+void rope_forward(float* qkv, const AttentionShape& s, const RopeSpec& rope,
+                  const int32_t* positions, cudaStream_t stream) {
+  rope_rotate(qkv, s, rope, 1.0f, positions, stream);
 }
 
 void rope_backward(float* dqkv, const AttentionShape& s, const RopeSpec& rope,
-                   cudaStream_t stream) {
-  rope_rotate(dqkv, s, rope, -1.0f, stream);
+                   const int32_t* positions, cudaStream_t stream) {
+  rope_rotate(dqkv, s, rope, -1.0f, positions, stream);
 }
 
 }  // namespace strata::cuda

@@ -68,10 +68,24 @@ __global__ void embedding_range_backward_kernel(float* __restrict__ dwte_rows,
 }
 
 __global__ void positions_add_forward_kernel(float* __restrict__ out, const float* __restrict__ wpe,
-                                             int64_t first_row, int64_t n, int64_t t, int64_t c) {
+                                             int64_t first_row, int64_t n, int64_t t, int64_t c,
+                                             const int32_t* __restrict__ positions) {
   STRATA_GRID_STRIDE(idx, n * c) {
     const int64_t i = idx / c, j = idx - i * c;
-    out[idx] += wpe[((first_row + i) % t) * c + j];
+    const int64_t pos = positions ? positions[first_row + i] : (first_row + i) % t;
+    out[idx] += wpe[pos * c + j];
+  }
+}
+
+// Explicit positions: no arithmetic finds the rows of a position, so a thread per column goes
+// through the rows in order (the CPU's order for each element).
+__global__ void positions_add_backward_rows_kernel(float* __restrict__ dwpe,
+                                                   const float* __restrict__ dout,
+                                                   int64_t first_row, int64_t n, int64_t c,
+                                                   const int32_t* __restrict__ positions) {
+  STRATA_GRID_STRIDE(j, c) {
+    for (int64_t i = 0; i < n; ++i)
+      dwpe[int64_t(positions[first_row + i]) * c + j] += dout[i * c + j];
   }
 }
 
@@ -190,22 +204,28 @@ void embedding_range_backward(float* dwte_rows, const float* dout, const int32_t
 }
 
 void positions_add_forward(float* out, const float* wpe, int64_t first_row, int64_t n, int64_t t,
-                           int64_t c, cudaStream_t stream) {
+                           int64_t c, const int32_t* positions, cudaStream_t stream) {
   STRATA_CHECK(n >= 0 && t > 0 && c >= 0 && first_row >= 0,
                "positions_add_forward: bad shape n=", n, " t=", t, " c=", c,
                " first_row=", first_row);
   if (n * c == 0) return;
   positions_add_forward_kernel<<<detail::grid_for(n * c), detail::kThreads, 0, stream>>>(
-      out, wpe, first_row, n, t, c);
+      out, wpe, first_row, n, t, c, positions);
   STRATA_CUDA_CHECK_LAUNCH();
 }
 
 void positions_add_backward(float* dwpe, const float* dout, int64_t first_row, int64_t n, int64_t t,
-                            int64_t c, cudaStream_t stream) {
+                            int64_t c, const int32_t* positions, cudaStream_t stream) {
   STRATA_CHECK(n >= 0 && t > 0 && c >= 0 && first_row >= 0,
                "positions_add_backward: bad shape n=", n, " t=", t, " c=", c,
                " first_row=", first_row);
   if (n * c == 0) return;
+  if (positions) {
+    positions_add_backward_rows_kernel<<<detail::grid_for(c), detail::kThreads, 0, stream>>>(
+        dwpe, dout, first_row, n, c, positions);
+    STRATA_CUDA_CHECK_LAUNCH();
+    return;
+  }
   positions_add_backward_kernel<<<detail::grid_for(t * c), detail::kThreads, 0, stream>>>(
       dwpe, dout, first_row, n, t, c);
   STRATA_CUDA_CHECK_LAUNCH();
