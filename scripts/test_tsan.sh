@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ThreadSanitizer over the code that starts threads (issue 23, item 4): the progress engine under
 # MPI, the asynchronous checkpoint writer, the optimizer offload's I/O thread, the copy queues,
-# the tracer and the log they share. A clang 14 build in build-tsan/ (STRATA_SANITIZE_THREAD,
+# strata prepare's workers, the tracer and the log they share. A clang 14 build in build-tsan/ (STRATA_SANITIZE_THREAD,
 # CMakeLists.txt); any TSan report, or any failed test, fails the script.
 #
 #   scripts/test_tsan.sh          what CI runs (docs/RELIABILITY.md "ThreadSanitizer" has times)
@@ -28,7 +28,7 @@ build=build-tsan
 # the tests quick (the layers' own -O3 is replaced under STRATA_SANITIZE_THREAD).
 CC=clang-14 CXX=clang++-14 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DSTRATA_SANITIZE_THREAD=ON "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" >/dev/null
-targets=(strata_test_core strata_test_io strata_test_optim strata_test_train strata_test_comm
+targets=(strata_test_core strata_test_io strata_test_optim strata_test_train strata_test_data strata_test_comm
          strata_test_model_parallel strata_cli)
 ((full)) && targets+=(strata_test_parallel strata_test_device_groups)
 cmake --build "$build" -j"$(nproc)" --target "${targets[@]}"
@@ -60,7 +60,7 @@ run() {
 
 # Trace.OffSpanIsCheap times a span in nanoseconds: not a bound instrumented code can keep.
 run core "$build/tests/strata_test_core" --gtest_brief=1 --gtest_filter=-Trace.OffSpanIsCheap
-for t in io optim train; do
+for t in io optim train data; do
   run "$t" "$build/tests/strata_test_$t" --gtest_brief=1
 done
 # The progress engine (Engine.*) and every collective, 2 ranks as in ctest comm_np2.

@@ -311,7 +311,7 @@ class HfFile : public ::testing::Test {
 
 TEST_F(HfFile, IgnoreMergesTakesAWordThatIsInTheVocabulary) {
   nlohmann::json j = base_json();
-  j["added_tokens"] = {added_json(260, kEndOfText)};
+  j["added_tokens"] = nlohmann::json::array({added_json(260, kEndOfText)});
   // Merges alone: b+c comes first, and a + bc is no merge.
   EXPECT_EQ(load(j).encode("abc"), (std::vector<int32_t>{'a', 256}));
   j["model"]["ignore_merges"] = true;
@@ -337,7 +337,7 @@ TEST_F(HfFile, Llama3SpecialsPastTheVocabularyAndTheSeparator) {
   EXPECT_THROW(named.set_separator("<|nope|>"), Error);
 
   nlohmann::json none = llama3_json();
-  none["added_tokens"] = {added_json(260, "<|eot_id|>")};
+  none["added_tokens"] = nlohmann::json::array({added_json(260, "<|eot_id|>")});
   expect_error(none, "name the token to use");
   // `tokenizers` numbers added tokens itself; a file that says otherwise is refused.
   nlohmann::json gap = llama3_json();
@@ -374,7 +374,7 @@ TEST_F(HfFile, AddedTokensThatAreNotSpecialAreAlwaysFound) {
 
 TEST_F(HfFile, AddPrefixSpaceGoesBeforeEachPiece) {
   nlohmann::json j = base_json();
-  j["added_tokens"] = {added_json(260, kEndOfText)};
+  j["added_tokens"] = nlohmann::json::array({added_json(260, kEndOfText)});
   j["pre_tokenizer"]["add_prefix_space"] = true;
   const Tokenizer tok = load(j);
   // " a" is a token (259): the text and the piece after a parsed special each get a space.
@@ -410,7 +410,7 @@ TEST_F(HfFile, NfcNormalizerAndInvalidUtf8) {
 
 TEST_F(HfFile, InvalidUtf8KeptByStrataPipelineReplacedByOthers) {
   nlohmann::json gpt2 = base_json();
-  gpt2["added_tokens"] = {added_json(260, kEndOfText)};
+  gpt2["added_tokens"] = nlohmann::json::array({added_json(260, kEndOfText)});
   Tokenizer tok = load(gpt2);
   const std::string bytes = "ab\xff\xe2\x82 abc";
   EXPECT_EQ(tok.invalid_utf8(), InvalidUtf8::keep_bytes);
@@ -462,7 +462,7 @@ TEST_F(HfFile, SaveKeepsThePipeline) {
 
 TEST_F(HfFile, UnsupportedFeaturesAreNamed) {
   nlohmann::json j = base_json();
-  j["added_tokens"] = {added_json(260, kEndOfText)};
+  j["added_tokens"] = nlohmann::json::array({added_json(260, kEndOfText)});
   const auto with = [&](const char* where, const char* key, const nlohmann::json& value) {
     nlohmann::json k = j;
     if (std::string(where).empty())
@@ -495,7 +495,7 @@ TEST_F(HfFile, UnsupportedFeaturesAreNamed) {
 // file.
 TEST_F(HfFile, MalformedValuesAreNamedErrors) {
   nlohmann::json j = base_json();
-  j["added_tokens"] = {added_json(260, kEndOfText)};
+  j["added_tokens"] = nlohmann::json::array({added_json(260, kEndOfText)});
   nlohmann::json k = j;
   k["model"]["vocab"]["bc"] = nullptr;
   expect_error(k, "integer id");
