@@ -6,4 +6,4 @@
 namespace strata::data::testing {
 // -1 where the count is not kept (the ThreadSanitizer build, whose runtime owns operator new).
 int64_t allocation_count();
-}
+}  // namespace strata::data::testing
