@@ -12,16 +12,54 @@ bool is_space(char c) {
   return c == ' ' || c == '\t' || c == '\r';
 }
 
+// Where the scanner is in TOML's grammar, as far as quotes care: a key (a line's start, a table
+// header, after '{' or after ',' in an inline table) or a value (after '=', in an array). After
+// '.', a quote starts a string only in a key (`a."b" = 1`); in a value the '.' belongs to a
+// number and toml++ reads the quote as part of the bare value (`1."x`).
+struct Nesting {
+  std::string open;  // '[' an array, 'h' a table header, '{' an inline table
+  bool key = true;
+  void newline() {
+    if (open.empty()) key = true;
+  }
+  void on(char c) {
+    switch (c) {
+      case '=':
+        key = false;
+        break;
+      case '{':
+        open.push_back('{');
+        key = true;
+        break;
+      case '[':
+        open.push_back(key && (open.empty() || open.back() == 'h') ? 'h' : '[');
+        break;
+      case ']':
+      case '}':
+        if (!open.empty()) open.pop_back();
+        if (c == '}') key = false;
+        break;
+      case ',':
+        key = !open.empty() && open.back() == '{';
+        break;
+      default:
+        break;
+    }
+  }
+};
+
 }  // namespace
 
 std::optional<TomlHazard> find_toml_hazard(std::string_view text) {
   enum class In { code, comment, basic, literal, ml_basic, ml_literal };
   In in = In::code;
   // The last character of code, spaces and comments skipped ('\n' at a line's start). A quote
-  // starts a string only where TOML has one: a key at the start of a line, or after '=', '[',
-  // '{', ',' or '.'. Elsewhere toml++ reads it as part of a bare value (`2"x"`), asking of each
-  // character after it whether it ends the value, so what follows is code here too.
+  // starts a string only where TOML has one: a key at the start of a line, after '=', '[', '{'
+  // or ',', or after the '.' of a dotted key (Nesting). Elsewhere toml++ reads it as part of a
+  // bare value (`2"x"`, `1."x"`), asking of each character after it whether it ends the value, so
+  // what follows is code here too.
   char prev = '\n';
+  Nesting nesting;
   int64_t line = 1;
   size_t line_start = 0;
   const auto hazard = [&](size_t i, const char* what) {
@@ -33,7 +71,10 @@ std::optional<TomlHazard> find_toml_hazard(std::string_view text) {
       ++line;
       line_start = i + 1;
       if (in == In::comment || in == In::basic || in == In::literal) in = In::code;
-      if (in == In::code) prev = '\n';
+      if (in == In::code) {
+        prev = '\n';
+        nesting.newline();
+      }
       continue;
     }
     switch (in) {
@@ -47,7 +88,8 @@ std::optional<TomlHazard> find_toml_hazard(std::string_view text) {
         } else if (c == '#') {
           in = In::comment;
         } else if ((c == '"' || c == '\'') &&
-                   std::string_view("\n=[{,.").find(prev) != std::string_view::npos) {
+                   (std::string_view("\n=[{,").find(prev) != std::string_view::npos ||
+                    (prev == '.' && nesting.key))) {
           const bool multi = starts(text, i, c == '"' ? "\"\"\"" : "'''");
           if (c == '"')
             in = multi ? In::ml_basic : In::basic;
@@ -56,6 +98,7 @@ std::optional<TomlHazard> find_toml_hazard(std::string_view text) {
           if (multi) i += 2;
         } else {
           prev = c;
+          nesting.on(c);
         }
         break;
       case In::comment:

@@ -381,6 +381,16 @@ TEST(Config, NonAsciiOutsideStringsIsASyntaxErrorNotUndefinedBehaviour) {
   // A quote inside a bare value does not start a string (toml++ scans on through it; found in the
   // 10-minute run, regress-toml-quote-inside-bare-value); strings across lines of an array do.
   EXPECT_HAS(error_of("[run]\ndir = x\"\xc3\xa9\"\n"), "config.toml:2:9: TOML syntax error");
+  // ... nor after the '.' of a number (CI's 10-second run, regress-toml-quote-after-number-dot);
+  // after the '.' of a dotted key, in a header or an inline table, it does.
+  EXPECT_HAS(error_of("[optim]\nmin_lr = 1.\"DD=x\xcf\x87\n"),
+             "config.toml:2:17: TOML syntax error");
+  const RunConfig dotted =
+      parse_config("run.\"dir\" = 'b\xc3\xa9'\n[sample]\n\"prompt\" = 'a'\n", "c.toml");
+  EXPECT_EQ(dotted.run.dir, "b\xc3\xa9");
+  EXPECT_EQ(dotted.sample.prompt, "a");
+  EXPECT_HAS(error_of("[sample.\"x\xc3\xa9\"]\n"), "unknown");
+  EXPECT_HAS(error_of("x = { a.\"\xc3\xa9\" = 1, b.'\xc3\xa9' = [1.5, 2] }\n"), "unknown");
   EXPECT_EQ(parse_config("[data]\ntext = [ # c\xc3\xa9\n  \"caf\xc3\xa9\",\n  'x\xc3\xa9' ]\n",
                          "config.toml")
                 .data.text,
