@@ -125,13 +125,12 @@ void ContextAttention::prepare(int slot, const int32_t* doc_start, int64_t b) {
   const int cp = split_.cp;
   const int64_t t = split_.t, L = split_.local(), n = b * L;
   const bool ulysses = options_.impl == CpImpl::ulysses && cp > 1;
-  // Computed on the host (host.*), then uploaded: the device buffers are the kernels' operands,
-  // the host copies tell the ring which blocks some row sees.
-  m.rows = n;
-  m.host_positions.resize(static_cast<size_t>(n));
+  // Computed on the host, then uploaded: the device buffers are the kernels' operands; the
+  // ranges' host copies tell the ring which blocks some row sees.
+  host_positions_.resize(static_cast<size_t>(n));
   m.host_begin.resize(static_cast<size_t>(ulysses ? b * t : cp * n));
   m.host_end.resize(m.host_begin.size());
-  int32_t* positions = m.host_positions.data();
+  int32_t* positions = host_positions_.data();
   int32_t* begin = m.host_begin.data();
   int32_t* end = m.host_end.data();
   for (int64_t bb = 0; bb < b; ++bb) {
@@ -309,12 +308,9 @@ void head_blocks(Backend& backend, float* rows, float* blocks, const std::vector
       float* block = blocks + j * n * mine + block_off;
       const size_t row_pitch = static_cast<size_t>(full) * 4;
       const size_t block_pitch = static_cast<size_t>(mine) * 4;
-      if (to_blocks)
-        backend.copy_2d(block, block_pitch, row, row_pitch, static_cast<size_t>(w) * 4,
-                        static_cast<size_t>(n));
-      else
-        backend.copy_2d(row, row_pitch, block, block_pitch, static_cast<size_t>(w) * 4,
-                        static_cast<size_t>(n));
+      backend.copy_2d(to_blocks ? block : row, to_blocks ? block_pitch : row_pitch,
+                      to_blocks ? row : block, to_blocks ? row_pitch : block_pitch,
+                      static_cast<size_t>(w) * 4, static_cast<size_t>(n));
       off += h * hd;
       block_off += w;
     }

@@ -107,10 +107,8 @@ class ContextAttention {
     int32_t* positions = nullptr;  // [n]
     int32_t* begin = nullptr;      // ring: [cp][n] per source rank step; ulysses: [b, t]
     int32_t* end = nullptr;
-    // Their host copies as prepare() made them (the ring skips the blocks no row sees), for the
-    // `rows` local rows of the last prepare().
-    std::vector<int32_t> host_positions, host_begin, host_end;
-    int64_t rows = 0;
+    // The ranges' host copies as prepare() made them (the ring skips the blocks no row sees).
+    std::vector<int32_t> host_begin, host_end;
   };
   // The buffers, from an Arena or (bytes()) a MemCounter; `threads` sizes the attention scratch.
   template <class A>
@@ -154,7 +152,8 @@ class ContextAttention {
   float* out_u_ = nullptr;
   float* dout_u_ = nullptr;
   float* dqkv_u_ = nullptr;
-  float* scratch_ = nullptr;  // the attention backward's
+  float* scratch_ = nullptr;             // the attention backward's
+  std::vector<int32_t> host_positions_;  // prepare()'s positions before their upload
 };
 
 }  // namespace strata

@@ -31,6 +31,21 @@ __device__ __forceinline__ void load_row(float* dst, const float* __restrict__ s
   __syncwarp();
 }
 
+// acc[c] (column lane + 32 c of the head dim) += sum over the tile's rows t of w_t * rows[t],
+// where lane t holds w_t and row t sits at rows + t * stride: a warp's product with a tile.
+__device__ __forceinline__ void add_weighted_rows(float* acc, float w,
+                                                  const float* __restrict__ rows, int64_t stride,
+                                                  int tile, int hd, int lane) {
+  for (int t = 0; t < tile; ++t) {
+    const float wt = __shfl_sync(0xffffffffu, w, t);
+    const float* r = rows + t * stride;
+    for (int c = 0; c < kCols; ++c) {
+      const int d = lane + 32 * c;
+      if (d < hd) acc[c] = fmaf(wt, r[d], acc[c]);
+    }
+  }
+}
+
 // grid (ceil(tq / kWarps), nh, b): warp per query row (bb, i) and head h.
 __global__ void forward_kernel(float* __restrict__ out, float* __restrict__ lse,
                                const float* __restrict__ q, int64_t q_stride,
@@ -60,14 +75,7 @@ __global__ void forward_kernel(float* __restrict__ out, float* __restrict__ lse,
     const float correction = m == -INFINITY ? 0.f : expf(m - m_new);
     l = l * correction + detail::warp_sum(p);
     for (int c = 0; c < kCols; ++c) acc[c] *= correction;
-    for (int t = 0; t < tile; ++t) {
-      const float pt = __shfl_sync(0xffffffffu, p, t);
-      const float* vr = vb + (j0 + t) * kv_stride;
-      for (int c = 0; c < kCols; ++c) {
-        const int d = lane + 32 * c;
-        if (d < hd) acc[c] = fmaf(pt, vr[d], acc[c]);
-      }
-    }
+    add_weighted_rows(acc, p, vb + j0 * kv_stride, kv_stride, tile, hd, lane);
     m = m_new;
   }
   float* o = out + row * s.nh * hd + h * hd;
@@ -144,14 +152,7 @@ __global__ void backward_dq_kernel(float* __restrict__ dq, const float* __restri
       const float p = expf(dot(qs, kb + j * kv_stride, hd) * scale - L);
       ds = p * (dot(dos, vb + j * kv_stride, hd) - D);
     }
-    for (int t = 0; t < tile; ++t) {
-      const float dst = __shfl_sync(0xffffffffu, ds, t);
-      const float* kr = kb + (j0 + t) * kv_stride;
-      for (int c = 0; c < kCols; ++c) {
-        const int d = lane + 32 * c;
-        if (d < hd) acc[c] = fmaf(dst, kr[d], acc[c]);
-      }
-    }
+    add_weighted_rows(acc, ds, kb + j0 * kv_stride, kv_stride, tile, hd, lane);
   }
   float* dqr = dq + row * q_stride + h * hd;
   for (int c = 0; c < kCols; ++c) {
